@@ -1,0 +1,185 @@
+"""Shared plumbing for the benchmarks: the fake Anthropic API and servers as child processes,
+a WebSocket client, statistics and the PASS/FAIL line.
+
+Everything runs on loopback. Child processes are started by the benchmark and stopped by it
+(by their own pid), whatever happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repo root
+    sys.path.insert(0, str(ROOT))
+
+PY = sys.executable
+FAKE_KEY = "bench-key"
+# The fake rejects nothing by model name; this is what the server uses by default.
+MODEL = "claude-sonnet-4-5"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def raise_fd_limit(want: int = 65536) -> int:
+    """Raises this process's soft fd limit (children inherit it); returns the new soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+class Child:
+    """A child process we started; `stop()` ends exactly it (and its process group)."""
+
+    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None, log: Path | None = None,
+                 capture_stdout: bool = False):
+        self.log_path = log
+        out = subprocess.PIPE if capture_stdout else (open(log, "ab") if log else subprocess.DEVNULL)
+        self.proc = subprocess.Popen(list(argv), cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
+                                     stderr=subprocess.STDOUT if log or capture_stdout else subprocess.DEVNULL,
+                                     start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the group of the child we started, nothing else
+            self.proc.wait(5)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:] if self.log_path and self.log_path.exists() else ""
+
+
+class FakeAnthropicProcess(Child):
+    """`python -m tests.fakes.anthropic_fake --port 0` in its own process."""
+
+    def __init__(self) -> None:
+        super().__init__([PY, "-m", "tests.fakes.anthropic_fake", "--port", "0"], capture_stdout=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().decode().strip()
+        if not line.startswith("http"):
+            self.stop()
+            raise RuntimeError(f"fake Anthropic did not start: {line!r}")
+        self.base_url = line
+        self.api_key = FAKE_KEY
+
+
+def wait_http(url: str, child: Child, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise RuntimeError(f"{url}: process exited with {child.proc.returncode}:\n{child.log()}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up:\n{child.log()}")
+
+
+def server_env(fake: FakeAnthropicProcess, data_dir: Path, port: int, **extra: str) -> dict[str, str]:
+    return {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": fake.api_key,
+            "CHAT_AGENT_DATA_DIR": str(data_dir), "CHAT_AGENT_PORT": str(port), "CHAT_AGENT_HOST": "127.0.0.1",
+            "CHAT_AGENT_LOG_LEVEL": "WARNING", "CHAT_AGENT_LLM_MAX_RETRIES": "0",
+            "EXA_API_KEY": "", "EXA_BASE_URL": "", **extra}
+
+
+class ChatServer(Child):
+    """Our real server (`python server.py`, or a bench entry that wraps it) as a child process."""
+
+    def __init__(self, fake: FakeAnthropicProcess, data_dir: Path, *, script: str = "server.py",
+                 env: dict[str, str] | None = None):
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        argv = [PY, script] if script.endswith(".py") else [PY, "-m", script]
+        super().__init__(argv, env=server_env(fake, data_dir, self.port, **(env or {})), log=data_dir / "server.log")
+        wait_http(f"http://127.0.0.1:{self.port}/health", self)
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/api/chat-agent"
+
+
+async def ws_connect(url: str) -> Any:
+    import websockets
+    # Same settings as the project's own tests: no compression, no frame size cap, no pings.
+    return await websockets.connect(url, compression=None, max_size=None, ping_interval=None,
+                                    open_timeout=30, close_timeout=2)
+
+
+async def recv_json(ws: Any, timeout: float = 30.0) -> dict[str, Any]:
+    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+
+
+def send_message(content: str) -> str:
+    return json.dumps({"type": "message", "content": content})
+
+
+# ---- statistics -------------------------------------------------------------------------
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest rank."""
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    rank = max(1, min(len(ordered), round(q / 100 * len(ordered) + 0.5)))
+    return ordered[rank - 1]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f} ms"
+
+
+def verdict(name: str, ratio: float, target: float, *, higher_is_better: bool) -> bool:
+    ok = ratio >= target if higher_is_better else ratio <= target
+    sign = "≥" if higher_is_better else "≤"
+    print(f"\n{name}: ratio {ratio:.3f} (target {sign} {target}) -> {'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def use_uvloop() -> None:
+    try:
+        import uvloop
+    except ImportError:
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def proc_cpu(pid: int) -> float:
+    """User+system CPU seconds of a process so far."""
+    import psutil
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system

@@ -1,0 +1,234 @@
+"""`python -m chat_agent.client`: an interactive chat on a terminal, or one scripted turn.
+
+Exit codes: 0 the turn ended normally (end_turn, max_tokens, max_steps) or the user left;
+1 an `error` frame, or a turn that ended error/aborted/refusal, or a server frame that does
+not parse; 2 the connection could not be opened, was refused, or was lost for good;
+130 Ctrl-C twice (quit without waiting for the abort to finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from chat_agent.protocol import AnyServerFrame, ContextCleared, ContextUpdate, Done, ErrorFrame
+
+from .connection import DEFAULT_URL, ChatClient
+from .console import LineReader, Output, SigintRouter
+from .errors import ChatError, ClientError, ConnectError, ConnectionLost
+from .render import Style, TurnRenderer, banner, frame_json, render_history
+
+EXIT_OK, EXIT_FAILED, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 130
+OK_STOPS = frozenset({"end_turn", "max_tokens", "max_steps"})
+HELP = """commands:
+  /clear   empty this conversation's history (the artifact and memories stay)
+  /id      print the conversation id
+  /help    this list
+  /quit    leave (also Ctrl-D, or Ctrl-C at the prompt)
+Ctrl-C during a reply stops it; press it again to quit at once."""
+
+
+def exit_code(done: Done | None, error: ErrorFrame | None) -> int:
+    if error is not None or done is None or done.stop_reason not in OK_STOPS:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chat-agent-client", description="Chat with a chat-agent server.")
+    parser.add_argument("--url", default=env.get("CHAT_AGENT_URL") or DEFAULT_URL,
+                        help="WebSocket URL (env CHAT_AGENT_URL; default %(default)s)")
+    parser.add_argument("--token", default=env.get("CHAT_AGENT_TOKEN") or None,
+                        help="credential when the server has auth on (env CHAT_AGENT_TOKEN)")
+    parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    parser.add_argument("--message", "-m", help="send one message, print the reply, exit")
+    parser.add_argument("--json", action="store_true", help="print every frame as a JSON line")
+    parser.add_argument("--thinking", action="store_true", help="ask for extended thinking")
+    parser.add_argument("--no-web-search", action="store_true", help="do not offer web search")
+    parser.add_argument("--model", help="a model the server allows")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> dict[str, Any]:
+    settings: dict[str, Any] = {"webSearch": not args.no_web_search, "thinking": args.thinking}
+    if args.model:
+        settings["model"] = args.model
+    return settings
+
+
+@dataclass
+class Ui:
+    """What the modes share: where output goes and how frames are shown."""
+
+    out: Output
+    renderer: TurnRenderer
+    json: bool
+    sigint: SigintRouter = field(default_factory=SigintRouter)
+
+    def show(self, frame: AnyServerFrame) -> None:
+        if self.json:
+            self.out.reply.write(frame_json(frame) + "\n")
+            self.out.reply.flush()
+        else:
+            self.out.write(self.renderer.render(frame))
+
+    def note(self, text: str) -> None:
+        if not self.json:
+            self.out.write(self.renderer.note(text))
+
+
+def make_ui(args: argparse.Namespace, env: Mapping[str, str]) -> Ui:
+    # Scripted: the reply alone on stdout, decoration on stderr. Interactive: all on stdout.
+    info = sys.stderr if args.message is not None else sys.stdout
+    renderer = TurnRenderer(Style.for_stream(info, env), live=info.isatty())
+    return Ui(Output(sys.stdout, info), renderer, args.json)
+
+
+def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    args = build_parser(env).parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal gets '?' for the box glyphs
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+    try:
+        return asyncio.run(run(args, make_ui(args, env)))
+    except KeyboardInterrupt:  # only where SigintRouter could not take over (Windows)
+        return EXIT_INTERRUPTED
+
+
+async def run(args: argparse.Namespace, ui: Ui) -> int:
+    client = ChatClient(args.url, args.token, args.conversation, reconnect=True, on_status=ui.note)
+    try:
+        await client.connect()
+        with ui.sigint:
+            if args.message is not None:
+                return await scripted(client, args, ui)
+            return await interactive(client, args, ui)
+    except (ConnectError, ConnectionLost) as exc:
+        print(f"chat-agent-client: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    except ClientError as exc:  # ProtocolMismatch: a bug, say so plainly
+        print(f"chat-agent-client: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        await client.close()
+
+
+async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
+    if args.json and client.session is not None:
+        ui.show(client.session)
+    return await one_turn(client, args.message, settings_from(args), ui)
+
+
+async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui) -> int:
+    """Run a turn; the first Ctrl-C sends `abort`, a second one stops waiting."""
+    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=ui.show))
+    aborts: list[asyncio.Task[None]] = []
+
+    def on_sigint() -> None:
+        if aborts:
+            turn.cancel()
+            return
+        ui.note("aborting… (Ctrl-C again to quit)")
+        aborts.append(asyncio.create_task(client.abort()))
+
+    ui.sigint.handler = on_sigint
+    try:
+        done = await turn
+    except ChatError as exc:
+        return exit_code(exc.done, exc.frame)
+    except asyncio.CancelledError:
+        if not turn.cancelled() or _being_cancelled():
+            raise
+        return EXIT_INTERRUPTED
+    finally:
+        ui.sigint.handler = None
+        await asyncio.gather(*aborts, return_exceptions=True)  # a failed abort shows in the turn
+    return exit_code(done, done.error)
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
+    tty = sys.stdin.isatty()
+    session = client.session
+    if session is not None and not ui.json:
+        if args.conversation and session.messages:
+            ui.out.info.write(render_history(session, ui.renderer.style) + "\n")
+        if tty:
+            ui.out.info.write(banner(session, ui.renderer.style) + "\n")
+    reader, settings = LineReader(), settings_from(args)
+    prompt = ui.renderer.style.bold("you › ") if tty else ""
+    while True:
+        await drain(client, ui)
+        ui.sigint.handler = reader.cancel
+        line = await reader.read(prompt)
+        ui.sigint.handler = None
+        if line is None:
+            if tty:
+                ui.out.info.write("\n")
+            return EXIT_OK
+        text = line.strip()
+        if text.startswith("/"):
+            if await command(client, text, ui):
+                return EXIT_OK
+        elif text and await one_turn(client, text, settings, ui) == EXIT_INTERRUPTED:
+            return EXIT_INTERRUPTED
+
+
+async def drain(client: ChatClient, ui: Ui) -> None:
+    """Show what arrived between turns (a late `title`) before the next prompt."""
+    while True:
+        try:
+            frame = await client.receive(timeout=0)
+        except TimeoutError:
+            return
+        ui.show(frame)
+
+
+async def command(client: ChatClient, text: str, ui: Ui) -> bool:
+    """Run a slash command; True means leave."""
+    name = text.split()[0].lower()
+    if name in ("/quit", "/exit"):
+        return True
+    if name == "/clear":
+        await client.clear_context()
+        await show_until(client, ui, _ends_clear())
+    elif name == "/id":
+        ui.out.info.write(f"{client.conversation_id}\n")
+    elif name == "/help":
+        ui.out.info.write(HELP + "\n")
+    else:
+        ui.note(f"unknown command {name}; /help lists them")
+    ui.out.info.flush()
+    return False
+
+
+def _ends_clear() -> Callable[[AnyServerFrame], bool]:
+    """`clear_context` is answered by `context_cleared` then `context_update`."""
+    cleared = False
+
+    def ends(frame: AnyServerFrame) -> bool:
+        nonlocal cleared
+        cleared = cleared or isinstance(frame, ContextCleared)
+        return isinstance(frame, ErrorFrame) or (cleared and isinstance(frame, ContextUpdate))
+
+    return ends
+
+
+async def show_until(client: ChatClient, ui: Ui, ends: Callable[[AnyServerFrame], bool],
+                     timeout: float = 15.0) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not ends(frame := await client.receive()):
+                ui.show(frame)
+            ui.show(frame)
+    except TimeoutError:
+        ui.note(f"no answer from the server after {timeout:g} s")

@@ -1,0 +1,262 @@
+"""Frames to terminal text. Pure: functions return strings, the CLI decides where they go.
+
+Every piece of output is an `Out`: `reply=True` marks the assistant's visible reply (stdout
+in scripted mode, so a pipe gets exactly the reply), everything else is decoration (cards,
+progress, thinking, notes), which scripted mode sends to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import IO, Any, Literal, Mapping
+
+from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactFrame, ArtifactState, ContentChunk,
+                                 ContextCleared, ContextUpdate, Done, ErrorFrame, Pong, SessionFrame,
+                                 ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+
+CLEAR_LINE = "\r\x1b[2K"
+MAX_RESULTS = 5
+STOP_NOTES = {"aborted": "⏹ aborted", "max_steps": "(stopped: step limit reached)",
+              "max_tokens": "(stopped: output token limit reached)", "refusal": "(the model refused)",
+              "error": "(the turn ended with an error)"}
+
+
+@dataclass(frozen=True)
+class Style:
+    """ANSI styling, or none at all when `color` is off."""
+
+    color: bool = False
+
+    @classmethod
+    def for_stream(cls, stream: IO[str], env: Mapping[str, str]) -> Style:
+        # no-color.org: NO_COLOR set to anything but the empty string turns colour off.
+        return cls(color=stream.isatty() and not env.get("NO_COLOR"))
+
+    def _sgr(self, code: str, text: str) -> str:
+        return f"\x1b[{code}m{text}\x1b[0m" if self.color and text else text
+
+    def bold(self, text: str) -> str:
+        return self._sgr("1", text)
+
+    def dim(self, text: str) -> str:
+        return self._sgr("2", text)
+
+    def red(self, text: str) -> str:
+        return self._sgr("31", text)
+
+    def green(self, text: str) -> str:
+        return self._sgr("32", text)
+
+    def yellow(self, text: str) -> str:
+        return self._sgr("33", text)
+
+    def cyan(self, text: str) -> str:
+        return self._sgr("36", text)
+
+
+@dataclass(frozen=True)
+class Out:
+    text: str
+    reply: bool = False
+
+
+def shorten(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def compact_json(value: Any, limit: int = 100) -> str:
+    return shorten(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
+def token_bar(tokens: int, max_tokens: int, style: Style = Style(), width: int = 10) -> str:
+    ratio = tokens / max_tokens if max_tokens > 0 else 0.0
+    filled = min(width, max(0, round(ratio * width)))
+    paint = style.green if ratio < 0.6 else style.yellow if ratio < 0.85 else style.red
+    return f"[{paint('█' * filled)}{style.dim('░' * (width - filled))}] {tokens:,} / {max_tokens:,} tokens"
+
+
+def tool_card(name: str, tool_input: dict[str, Any], style: Style) -> str:
+    return f"{style.cyan('▸')} {style.bold(name)} {style.dim(compact_json(tool_input))}"
+
+
+def error_text(output: Any) -> str:
+    if isinstance(output, dict):
+        output = output.get("error") or output.get("message") or output
+    return shorten(output if isinstance(output, str) else compact_json(output), 160)
+
+
+def search_results(output: Any) -> list[str]:
+    """`title — url` per result, when a tool's output has a `results` list."""
+    results = output.get("results") if isinstance(output, dict) else None
+    if not isinstance(results, list):
+        return []
+    lines = []
+    for item in results[:MAX_RESULTS]:
+        if isinstance(item, dict):
+            title, url = str(item.get("title") or "").strip(), str(item.get("url") or "").strip()
+            lines.append(" — ".join(part for part in (shorten(title, 80), url) if part) or "(untitled)")
+    if len(results) > MAX_RESULTS:
+        lines.append(f"… and {len(results) - MAX_RESULTS} more")
+    return lines
+
+
+def tool_summary(name: str, output: Any, is_error: bool, duration: float | None, style: Style) -> str:
+    took = f" {duration:.1f}s" if duration is not None else ""
+    if is_error:
+        return f"  {style.red('✗')} {name}{took} {style.red(error_text(output))}"
+    lines = [f"  {style.green('✓')} {name}{took}"]
+    lines += [f"    {style.dim(line)}" for line in search_results(output)]
+    return "\n".join(lines)
+
+
+def artifact_line(artifact: ArtifactState, style: Style) -> str:
+    version = artifact.current
+    kind = version.type + (f", {version.language}" if version.language else "")
+    return (f"{style.cyan('▣')} {style.bold(version.title)} "
+            f"{style.dim(f'v{artifact.current_index}/{artifact.version_count} ({kind})')}")
+
+
+def frame_json(frame: AnyServerFrame) -> str:
+    # exclude_unset: the keys the server sent, no defaults the client filled in.
+    return frame.model_dump_json(exclude_unset=True)
+
+
+Cursor = Literal["line", "content", "thinking", "status"]
+
+
+@dataclass
+class TurnRenderer:
+    """Folds frames into output. Remembers only what layout needs: where the cursor is, the
+    open tool calls, and the latest context figures for the token bar."""
+
+    style: Style = field(default_factory=Style)
+    live: bool = False  # draw progress in place (only on a terminal)
+    context: ContextUpdate | None = None
+    _cursor: Cursor = "line"
+    _summarized: bool = False
+    _after_clear: bool = False
+    _open_tools: dict[str, str] = field(default_factory=dict)
+    _artifact_chars: dict[str, int] = field(default_factory=dict)
+
+    def render(self, frame: AnyServerFrame) -> list[Out]:
+        match frame:
+            case ContentChunk(content=text):
+                return self._stream(text, "content")
+            case ThinkingChunk(content=text):
+                return self._stream(text, "thinking")
+            case ToolStart(tool_id=tool_id, name=name, input=tool_input):
+                self._open_tools[tool_id] = name
+                return self._line(tool_card(name, tool_input, self.style))
+            case ToolProgress(tool_id=tool_id, elapsed=elapsed, status=status):
+                name = self._open_tools.get(tool_id, "")
+                who = f"{name}: " if len(self._open_tools) > 1 and name else ""
+                return self._status(f"… {elapsed:.1f}s {who}{status}")
+            case ArtifactChunk(tool_id=tool_id, content=text):
+                chars = self._artifact_chars[tool_id] = self._artifact_chars.get(tool_id, 0) + len(text)
+                return self._status(f"… writing the artifact ({chars:,} characters)")
+            case ToolEnd(tool_id=tool_id, name=name, output=output, is_error=is_error, duration=duration):
+                self._open_tools.pop(tool_id, None)
+                return self._line(tool_summary(name, output, is_error, duration, self.style))
+            case ArtifactFrame(artifact=artifact):
+                return self._line(artifact_line(artifact, self.style))
+            case TitleFrame(title=title):
+                return self._line(self.style.dim(f"title: {title}"))
+            case ContextUpdate():
+                return self._context(frame)
+            case ContextCleared():
+                self._after_clear = True
+                return self._line(self.style.dim("context cleared"))
+            case Done():
+                return self._done(frame)
+            case ErrorFrame(code=code, message=message):
+                return self._line(self.style.red(f"✗ error [{code}] {message}"))
+            case Pong():
+                return self._line(self.style.dim("pong"))
+            case _:  # session: drawn by render_history, not per frame
+                return []
+
+    def note(self, text: str) -> list[Out]:
+        """A line of the CLI's own (reconnecting, aborting…), placed like any other line."""
+        return self._line(self.style.yellow(text))
+
+    def bar(self) -> str:
+        if self.context is None:
+            return ""
+        note = self.style.yellow(" · older history summarized") if self._summarized else ""
+        return token_bar(self.context.tokens, self.context.max_tokens, self.style) + note
+
+    def _stream(self, text: str, kind: Literal["content", "thinking"]) -> list[Out]:
+        if not text:
+            return []
+        out = [] if self._cursor in (kind, "line") else self._to_line()
+        out.append(Out(text if kind == "content" else self.style.dim(text), reply=kind == "content"))
+        self._cursor = "line" if text.endswith("\n") else kind
+        return out
+
+    def _status(self, text: str) -> list[Out]:
+        if not self.live:
+            return []
+        out = [Out(CLEAR_LINE)] if self._cursor == "status" else self._to_line()
+        self._cursor = "status"
+        return out + [Out(f"  {self.style.dim(text)}")]
+
+    def _line(self, text: str) -> list[Out]:
+        return self._to_line() + [Out(text + "\n")]
+
+    def _to_line(self) -> list[Out]:
+        """Get to the start of a clean line. The newline after reply text is decoration:
+        the reply itself stays byte for byte what the model wrote."""
+        cursor, self._cursor = self._cursor, "line"
+        return {"line": [], "status": [Out(CLEAR_LINE)]}.get(cursor, [Out("\n")])
+
+    def _context(self, frame: ContextUpdate) -> list[Out]:
+        self.context = frame
+        self._summarized = self._summarized or frame.summarized
+        if not self._after_clear:
+            return []  # shown with `done`, once per turn
+        self._after_clear = False
+        return self._line(self.bar())
+
+    def _done(self, frame: Done) -> list[Out]:
+        # Scripted output ends the reply with a newline, as a shell expects.
+        out = [Out("\n", reply=True)] if self._cursor == "content" else self._to_line()
+        self._cursor = "line"
+        note = STOP_NOTES.get(frame.stop_reason)
+        if note:
+            paint = self.style.yellow if frame.stop_reason != "error" else self.style.red
+            out.append(Out(paint(note) + "\n"))
+        if self.context is not None:
+            out.append(Out(self.bar() + "\n"))
+        self._summarized = False
+        self._open_tools.clear()
+        self._artifact_chars.clear()
+        return out
+
+
+def render_history(session: SessionFrame, style: Style) -> str:
+    """The conversation so far, from a session snapshot (`--conversation`)."""
+    lines = [style.bold(session.title)] if session.title else []
+    for message in session.messages:
+        if message.role == "user":
+            lines.append(f"{style.bold('you ›')} {message.content}")
+            continue
+        for call in message.tool_calls:
+            lines.append(tool_card(call.name, call.input, style))
+            lines.append(tool_summary(call.name, call.output, call.is_error, call.duration, style))
+        if message.content:
+            lines.append(message.content)
+        if message.status != "complete":
+            lines.append(style.yellow(f"({message.status})"))
+    if session.artifact is not None:
+        lines.append(artifact_line(session.artifact, style))
+    return "\n".join(lines)
+
+
+def banner(session: SessionFrame, style: Style) -> str:
+    off = [f"{t.name} ({t.reason})" if t.reason else t.name for t in session.tools if not t.enabled]
+    parts = [f"conversation {session.conversation_id}", "/help for commands"]
+    if off:
+        parts.append("off: " + ", ".join(off))
+    return style.dim(" · ".join(parts))

@@ -1,0 +1,120 @@
+"""Settings read from the environment once, at start-up, and passed down explicitly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_SMALL_MODEL = "claude-haiku-4-5"
+
+
+class ConfigError(ValueError):
+    """A setting has a value the server cannot run with."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _api_keys(raw: str) -> dict[str, str]:
+    """`user:token,user2:token2` → {token: user}; tokens are what clients present."""
+    keys: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in raw.split(","))):
+        user, sep, token = pair.partition(":")
+        if not sep or not user.strip() or not token.strip():
+            raise ConfigError("CHAT_AGENT_API_KEYS must look like 'user:token,user2:token2'")
+        keys[token.strip()] = user.strip()
+    return keys
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    data_dir: Path = Path("data")
+    database_url: str | None = None
+    anthropic_api_key: str | None = None
+    anthropic_base_url: str | None = None
+    model: str = DEFAULT_MODEL
+    small_model: str = DEFAULT_SMALL_MODEL
+    allowed_models: tuple[str, ...] = ()
+    max_output_tokens: int = 8192
+    thinking_budget: int = 4096
+    max_context_tokens: int = 200_000
+    summary_chars: int = 300_000
+    max_steps: int = 12
+    llm_max_retries: int = 2
+    llm_timeout: float = 600.0
+    exa_api_key: str | None = None
+    exa_base_url: str | None = None
+    tool_timeout: float = 120.0
+    tool_output_chars: int = 40_000
+    max_frame_bytes: int = 1 << 20
+    ws_ping_interval: float = 20.0
+    api_keys: dict[str, str] = field(default_factory=dict)
+    allow_no_auth: bool = False
+    local_user: str = "local"
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.api_keys)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Models a client may pick with `settings.model`."""
+        return self.allowed_models or (self.model, self.small_model)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        model = env.get("CHAT_AGENT_MODEL") or DEFAULT_MODEL
+        allowed = tuple(m.strip() for m in env.get("CHAT_AGENT_ALLOWED_MODELS", "").split(",") if m.strip())
+        return cls(
+            host=env.get("CHAT_AGENT_HOST") or "127.0.0.1",
+            port=_int(env, "CHAT_AGENT_PORT", 8000),
+            data_dir=Path(env.get("CHAT_AGENT_DATA_DIR") or "data"),
+            database_url=env.get("CHAT_AGENT_DATABASE_URL") or None,
+            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
+            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            model=model,
+            small_model=env.get("CHAT_AGENT_SMALL_MODEL") or DEFAULT_SMALL_MODEL,
+            allowed_models=allowed,
+            max_output_tokens=_int(env, "CHAT_AGENT_MAX_OUTPUT_TOKENS", 8192),
+            thinking_budget=_int(env, "CHAT_AGENT_THINKING_BUDGET", 4096),
+            max_context_tokens=_int(env, "CHAT_AGENT_MAX_CONTEXT_TOKENS", 200_000),
+            summary_chars=_int(env, "CHAT_AGENT_SUMMARY_CHARS", 300_000),
+            max_steps=_int(env, "CHAT_AGENT_MAX_STEPS", 12),
+            llm_max_retries=_int(env, "CHAT_AGENT_LLM_MAX_RETRIES", 2),
+            llm_timeout=_float(env, "CHAT_AGENT_LLM_TIMEOUT", 600.0),
+            exa_api_key=env.get("EXA_API_KEY") or None,
+            exa_base_url=env.get("EXA_BASE_URL") or None,
+            tool_timeout=_float(env, "CHAT_AGENT_TOOL_TIMEOUT", 120.0),
+            tool_output_chars=_int(env, "CHAT_AGENT_TOOL_OUTPUT_CHARS", 40_000),
+            max_frame_bytes=_int(env, "CHAT_AGENT_MAX_FRAME_BYTES", 1 << 20),
+            ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
+            api_keys=_api_keys(env.get("CHAT_AGENT_API_KEYS", "")),
+            allow_no_auth=_flag(env, "CHAT_AGENT_ALLOW_NO_AUTH"),
+        )

@@ -1,0 +1,88 @@
+"""The HTTP routes of PROTOCOL.md besides the WebSocket."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import __version__
+from .auth import authenticate
+from .hub import Hub
+from .protocol import json_schema
+from .store import ConversationRecord
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def _owner(request: Request) -> str | None:
+    hub: Hub = request.app.state.hub
+    return authenticate(hub.settings, request.headers, request.query_params)
+
+
+def _summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
+    return {"id": record.id, "title": record.title, "createdAt": record.created_at,
+            "updatedAt": record.updated_at, "running": running}
+
+
+async def health(request: Request) -> JSONResponse:
+    hub: Hub = request.app.state.hub
+    settings = hub.settings
+    return JSONResponse({
+        "status": "ok", "version": __version__, "model": settings.model, "smallModel": settings.small_model,
+        "anthropic": {"configured": hub.agent.model.configured},
+        "auth": settings.auth_enabled, "storage": "sqlite" if not settings.database_url else "custom",
+        "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
+    })
+
+
+async def list_conversations(request: Request) -> Response:
+    owner = _owner(request)
+    if owner is None:
+        return _error(401, "unauthorized", "A valid token is required.")
+    hub: Hub = request.app.state.hub
+    records = await hub.store.list_conversations(owner)
+    return JSONResponse({"conversations": [_summary(r, hub.is_running(r.id)) for r in records]})
+
+
+async def get_conversation(request: Request) -> Response:
+    owner = _owner(request)
+    if owner is None:
+        return _error(401, "unauthorized", "A valid token is required.")
+    hub: Hub = request.app.state.hub
+    conversation_id = request.path_params["id"]
+    record = await hub.store.get_conversation(owner, conversation_id)
+    if record is None:
+        return _error(404, "not_found", "No such conversation.")
+    messages = await hub.visible_messages(owner, conversation_id)
+    body = _summary(record, hub.is_running(conversation_id))
+    body.update(messages=[m.model_dump(mode="json") for m in messages], artifact=None,
+                usage=await hub.store.usage_totals(owner, conversation_id))
+    return JSONResponse(body)
+
+
+async def delete_conversation(request: Request) -> Response:
+    owner = _owner(request)
+    if owner is None:
+        return _error(401, "unauthorized", "A valid token is required.")
+    hub: Hub = request.app.state.hub
+    if not await hub.delete(owner, request.path_params["id"]):
+        return _error(404, "not_found", "No such conversation.")
+    return Response(status_code=204)
+
+
+async def protocol_schema(request: Request) -> JSONResponse:
+    return JSONResponse(json_schema())
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/api/conversations", list_conversations, methods=["GET"]),
+    Route("/api/conversations/{id}", get_conversation, methods=["GET"]),
+    Route("/api/conversations/{id}", delete_conversation, methods=["DELETE"]),
+    Route("/api/protocol", protocol_schema, methods=["GET"]),
+]

@@ -1,0 +1,178 @@
+"""The one module that talks to Anthropic: a streaming call, a plain call, and their errors.
+
+Everything above this module sees plain dicts (the Messages API's own JSON shapes) and the
+small types defined here, never an SDK object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal
+
+import anthropic
+
+from .config import Settings
+from .events import TextDelta, ThinkingDelta, TokenUsage
+
+log = logging.getLogger(__name__)
+
+# Errors the API reports that are worth another try of the same request.
+_RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: dict[str, Any] | None = None
+    thinking_budget: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "messages": self.messages, "max_tokens": self.max_tokens}
+        if self.system:
+            params["system"] = self.system
+        if self.tools:
+            params["tools"] = self.tools
+        if self.tool_choice:
+            params["tool_choice"] = self.tool_choice
+        if self.thinking_budget:
+            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        return params
+
+
+@dataclass(slots=True)
+class ModelReply:
+    """A finished model call: content blocks as API JSON, ready to go back into the history."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str
+    usage: TokenUsage
+
+
+class LLMError(Exception):
+    def __init__(self, code: Literal["llm_error", "rate_limited"], message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+def _usage(usage: Any) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+    )
+
+
+def _block_json(block: Any) -> dict[str, Any] | None:
+    """The history form of a response block; text left empty is dropped (the API rejects it)."""
+    kind = block.type
+    if kind == "text":
+        return {"type": "text", "text": block.text} if block.text else None
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input or {}}
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.data}
+    return block.model_dump(mode="json", exclude_none=True)
+
+
+def _error_detail(exc: anthropic.APIStatusError) -> tuple[str, str]:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    return str(err.get("type") or ""), str(err.get("message") or "")
+
+
+def translate_error(exc: Exception) -> LLMError:
+    """A readable error for the client: no stack trace, no request headers, no key."""
+    if isinstance(exc, anthropic.RateLimitError):
+        return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.")
+    if isinstance(exc, anthropic.APIStatusError):
+        kind, detail = _error_detail(exc)
+        status = exc.status_code
+        # An `error` event inside a 200 stream: the SDK never retries these, so we may.
+        midstream = status == 200 and kind in _RETRYABLE_TYPES
+        if kind == "rate_limit_error":
+            return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.",
+                            retryable=midstream)
+        if kind == "overloaded_error" or status == 529:
+            return LLMError("llm_error", "The model API is overloaded; try again in a moment.", retryable=midstream)
+        if status == 401 or kind == "authentication_error":
+            return LLMError("llm_error", "The model API rejected our credentials (check ANTHROPIC_API_KEY).")
+        where = "during the reply" if status == 200 else f"{status}"
+        message = f"The model API failed ({where})" + (f": {kind}: {detail}" if detail else "")
+        return LLMError("llm_error", message, retryable=midstream)
+    if isinstance(exc, anthropic.APITimeoutError):
+        return LLMError("llm_error", "The model API timed out.")
+    if isinstance(exc, anthropic.APIConnectionError):
+        return LLMError("llm_error", "Could not reach the model API.")
+    return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
+
+
+class ModelClient:
+    """Streams model calls. Retries what the SDK does not: an error that arrives inside a 200
+    stream (the SDK only retries HTTP statuses), as long as nothing of that call was yielded."""
+
+    def __init__(self, settings: Settings, *, midstream_retries: int = 2, backoff: float = 0.5):
+        self._client = anthropic.AsyncAnthropic(
+            api_key=settings.anthropic_api_key or "missing-key",
+            base_url=settings.anthropic_base_url,
+            max_retries=settings.llm_max_retries,
+            timeout=settings.llm_timeout,
+        )
+        self.configured = bool(settings.anthropic_api_key)
+        self._midstream_retries = midstream_retries
+        self._backoff = backoff
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ThinkingDelta | ModelReply]:
+        """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
+        attempt = 0
+        while True:
+            yielded = False
+            try:
+                async for item in self._stream_once(request):
+                    yielded = True
+                    yield item
+                return
+            except LLMError as exc:
+                if yielded or not exc.retryable or attempt >= self._midstream_retries:
+                    raise
+            attempt += 1
+            delay = self._backoff * (2 ** (attempt - 1)) * (0.75 + random.random() / 2)
+            log.warning("model stream failed before any output; retry %d in %.2fs", attempt, delay)
+            await asyncio.sleep(delay)
+
+    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[TextDelta | ThinkingDelta | ModelReply]:
+        try:
+            async with self._client.messages.stream(**request.params()) as stream:
+                async for event in stream:
+                    kind = event.type
+                    if kind == "text":
+                        yield TextDelta(event.text)
+                    elif kind == "thinking":
+                        yield ThinkingDelta(event.thinking)
+                message = await stream.get_final_message()
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        content = [b for b in map(_block_json, message.content) if b is not None]
+        yield ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
+
+    async def complete(self, request: ModelRequest) -> str:
+        """A plain call for background work (summaries); returns the text."""
+        try:
+            message = await self._client.messages.create(**request.params())
+        except anthropic.APIError as exc:
+            raise translate_error(exc) from exc
+        return "".join(b.text for b in message.content if b.type == "text").strip()

@@ -1,0 +1,95 @@
+"""Persistence for conversations, histories, the event log and turns.
+
+    store = create_store(settings.database_url, settings.data_dir)
+    await store.open()
+    await store.apply([CreateConversation(owner, conversation_id, created_at=now)])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from chat_agent.store.base import (
+    ConstraintError,
+    ConversationRecord,
+    EventRecord,
+    History,
+    HistoryItem,
+    Store,
+    StoreError,
+    TurnRecord,
+    TurnStatus,
+)
+from chat_agent.store.ops import (
+    AppendEvents,
+    AppendHistory,
+    CreateConversation,
+    DeleteConversation,
+    FinishTurn,
+    Op,
+    PruneEvents,
+    RecordClientMessageId,
+    ReplaceHistory,
+    SetTitle,
+    StartTurn,
+    UpsertHistoryItem,
+)
+from chat_agent.store.sqlite import SqliteStore
+
+__all__ = [
+    "AppendEvents",
+    "AppendHistory",
+    "ConstraintError",
+    "ConversationRecord",
+    "CreateConversation",
+    "DeleteConversation",
+    "EventRecord",
+    "FinishTurn",
+    "History",
+    "HistoryItem",
+    "Op",
+    "PruneEvents",
+    "RecordClientMessageId",
+    "ReplaceHistory",
+    "SetTitle",
+    "SqliteStore",
+    "StartTurn",
+    "Store",
+    "StoreError",
+    "TurnRecord",
+    "TurnStatus",
+    "UpsertHistoryItem",
+    "create_store",
+]
+
+DEFAULT_FILENAME = "chat-agent.db"
+_SQLITE_PREFIX = "sqlite:///"
+
+
+def create_store(database_url: str | None, data_dir: Path) -> Store:
+    """The store a `CHAT_AGENT_DATABASE_URL` names; not yet opened.
+
+    None or empty: `data_dir / "chat-agent.db"`. `sqlite:///rel/path.db` is relative to
+    the working directory, `sqlite:////abs/path.db` absolute (SQLAlchemy's convention),
+    `sqlite:///:memory:` in memory.
+    """
+    url = (database_url or "").strip()
+    if not url:
+        return SqliteStore(Path(data_dir) / DEFAULT_FILENAME)
+    scheme = url.partition(":")[0].lower()
+    if scheme.startswith("postgres"):
+        raise ValueError(
+            "CHAT_AGENT_DATABASE_URL names PostgreSQL, but PostgreSQL support is not in "
+            "this build; use sqlite:///path/to/file.db or leave it unset"
+        )
+    if not url.startswith(_SQLITE_PREFIX) or len(url) == len(_SQLITE_PREFIX):
+        raise ValueError(
+            f"unsupported database URL {_redact(url)!r}: expected sqlite:///path/to/file.db"
+        )
+    return SqliteStore(url[len(_SQLITE_PREFIX) :])
+
+
+def _redact(url: str) -> str:
+    # A URL may carry a password; an error message must not.
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}{sep}…" if sep else url[:40]

@@ -1,0 +1,175 @@
+"""`SqliteStore`: the default backend, one SQLite file in WAL mode through aiosqlite.
+
+One connection serves writes and reads. aiosqlite runs its calls one at a time on its
+own thread, but a batch spans several calls, so an `asyncio.Lock` keeps every read out
+of a half-applied batch and keeps two batches from sharing one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from chat_agent.store.base import (
+    ConstraintError,
+    ConversationRecord,
+    EventRecord,
+    History,
+    HistoryItem,
+    Store,
+    StoreError,
+    TurnRecord,
+)
+from chat_agent.store.ops import Op
+from chat_agent.store.schema import PRAGMAS, migrate
+from chat_agent.store.writes import plan
+
+MEMORY = ":memory:"
+
+_CONVERSATION = "SELECT id, owner, title, created_at, updated_at, last_seq FROM conversations"
+_NEWEST_FIRST = "updated_at DESC, created_at DESC, id"
+_TURN = (
+    "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
+    " ended_at, stop_reason, usage FROM turns"
+)
+_HISTORY = (
+    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
+    " JOIN conversations c ON c.id = h.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND h.history = ? ORDER BY h.pos"
+)
+_EVENTS = (
+    "SELECT e.conversation_id, e.seq, e.type, e.turn_id, e.frame FROM events e"
+    " JOIN conversations c ON c.id = e.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
+)
+# Only numbers are summed: usage may also hold nested objects or flags.
+_USAGE = (
+    "SELECT u.key, SUM(u.value) FROM turns t, json_each(t.usage) u"
+    " WHERE t.conversation_id = ? AND t.owner = ? AND t.status != 'running'"
+    " AND t.usage IS NOT NULL AND u.type IN ('integer', 'real') GROUP BY u.key"
+)
+_CLIENT_ID = (
+    "SELECT 1 FROM client_message_ids m JOIN conversations c ON c.id = m.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND m.client_id = ?"
+)
+
+
+class SqliteStore(Store):
+    """A store in one SQLite file (created with its directories), or `":memory:"`."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path if path == MEMORY else Path(path)
+        self._db: aiosqlite.Connection | None = None
+        self._lock = asyncio.Lock()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    async def open(self) -> None:
+        if self._db is not None:
+            return
+        if isinstance(self.path, Path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves instead of letting the
+        # sqlite3 module open transactions implicitly.
+        db = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
+            for pragma in PRAGMAS:
+                await db.execute(pragma)
+            await self._check_wal(db)
+            await migrate(db)
+        except BaseException:
+            await db.close()
+            raise
+        self._db = db
+
+    async def close(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            async with self._lock:
+                await db.close()
+
+    async def apply(self, ops: Sequence[Op]) -> None:
+        steps = plan(ops)
+        if not steps:
+            return
+        async with self._lock:
+            db = self._conn()
+            # IMMEDIATE: take the write lock up front so COMMIT cannot meet SQLITE_BUSY.
+            await db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, rows in steps:
+                    await db.executemany(sql, rows)
+                await db.execute("COMMIT")
+            except BaseException as exc:
+                await db.rollback()
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise ConstraintError(str(exc)) from exc
+                raise
+
+    async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
+        sql = f"{_CONVERSATION} WHERE id = ? AND owner = ?"
+        rows = await self._fetch(sql, (conversation_id, owner))
+        return ConversationRecord(*rows[0]) if rows else None
+
+    async def list_conversations(self, owner: str, limit: int = 100) -> list[ConversationRecord]:
+        sql = f"{_CONVERSATION} WHERE owner = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
+        return [ConversationRecord(*row) for row in await self._fetch(sql, (owner, limit))]
+
+    async def load_history(
+        self, owner: str, conversation_id: str, history: History
+    ) -> list[HistoryItem]:
+        rows = await self._fetch(_HISTORY, (conversation_id, owner, history))
+        return [HistoryItem(i, json.loads(data), tokens, chars) for i, data, tokens, chars in rows]
+
+    async def events_after(
+        self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
+    ) -> list[EventRecord]:
+        # LIMIT -1 is SQLite's "no limit".
+        params = (conversation_id, owner, after_seq, -1 if limit is None else limit)
+        return [EventRecord(*row) for row in await self._fetch(_EVENTS, params)]
+
+    async def running_turns(self) -> list[TurnRecord]:
+        rows = await self._fetch(f"{_TURN} WHERE status = 'running' ORDER BY started_at, id", ())
+        return [_turn(row) for row in rows]
+
+    async def get_turn(self, owner: str, turn_id: str) -> TurnRecord | None:
+        rows = await self._fetch(f"{_TURN} WHERE id = ? AND owner = ?", (turn_id, owner))
+        return _turn(rows[0]) if rows else None
+
+    async def usage_totals(self, owner: str, conversation_id: str) -> dict[str, int]:
+        rows = await self._fetch(_USAGE, (conversation_id, owner))
+        return {key: int(total) for key, total in rows}
+
+    async def has_client_message_id(
+        self, owner: str, conversation_id: str, client_id: str
+    ) -> bool:
+        return bool(await self._fetch(_CLIENT_ID, (conversation_id, owner, client_id)))
+
+    async def _check_wal(self, db: aiosqlite.Connection) -> None:
+        # SQLite silently keeps its old journal mode where WAL is impossible (some network
+        # file systems); the durability promise depends on WAL, so say so instead.
+        rows = list(await db.execute_fetchall("PRAGMA journal_mode"))
+        mode = str(rows[0][0]).lower()
+        if mode != "wal" and self.path != MEMORY:
+            raise StoreError(f"{self!r}: journal_mode is {mode!r}, WAL is required")
+
+    def _conn(self) -> aiosqlite.Connection:
+        if self._db is None:
+            raise StoreError(f"{self!r} is not open")
+        return self._db
+
+    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        return list(await self._conn().execute_fetchall(sql, params))
+
+
+def _turn(row: Sequence[Any]) -> TurnRecord:
+    *head, usage = row
+    return TurnRecord(*head, usage=None if usage is None else json.loads(usage))

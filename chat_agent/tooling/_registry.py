@@ -1,0 +1,196 @@
+"""The Tool Registry: the one place where tool calls run and failures become is_error results."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from typing import Any, Callable, Collection
+
+from langchain_core.tools import BaseTool
+from pydantic import ValidationError
+
+from chat_agent.tooling._adapter import NO_ARTIFACT, Adapter
+from chat_agent.tooling._progress import Pulse
+from chat_agent.tooling._schema import anthropic_schema
+from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult
+
+logger = logging.getLogger("chat_agent.tools")
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
+# Block types a tool_result may hold; a list of other dicts is data, sent as JSON.
+_BLOCK_TYPES = frozenset({"text", "image", "document", "search_result"})
+
+
+class ToolRegistry:
+    """Tools the model may call, their Anthropic schemas, and how to run them.
+
+    `run()` never raises for a tool's failure: bad input, an unknown tool, a
+    timeout or any exception come back as `ToolResult(is_error=True)` with a
+    one-line `ExceptionType: message` (tracebacks go to the log only).
+    `asyncio.CancelledError` is the exception: it propagates untouched, because
+    abort is plain task cancellation and the caller repairs the history.
+
+    Cancelling or timing out an async tool cancels its work. A sync tool runs in
+    a worker thread, which Python cannot interrupt: the await still returns at
+    once, and the thread finishes on its own in the background (its late
+    `ctx.progress` reports are dropped).
+    """
+
+    def __init__(self, *, default_timeout: float = 120.0, output_chars: int = 40_000, heartbeat: float = 1.0) -> None:
+        if default_timeout <= 0 or output_chars <= 0 or heartbeat <= 0:
+            raise ValueError("default_timeout, output_chars and heartbeat must be positive")
+        self._default_timeout = default_timeout
+        self._output_chars = output_chars
+        self._heartbeat = heartbeat
+        self._tools: dict[str, Adapter] = {}
+        self._schemas: dict[str, dict[str, Any]] = {}
+        self._unavailable: dict[str, str] = {}
+        self._order: list[str] = []  # registration order, for availability()
+
+    def add(self, tool: BaseTool, *, timeout: float | None = None) -> None:
+        """Offer `tool` to the model; `timeout` (seconds) overrides the default."""
+        self._check_new(tool.name)
+        adapter = Adapter(tool, self._default_timeout if timeout is None else timeout)
+        schema = anthropic_schema(tool)  # once: stable bytes keep the prompt cache warm
+        self._order.append(tool.name)
+        self._schemas[tool.name] = schema
+        self._tools[tool.name] = adapter
+
+    def add_unavailable(self, name: str, reason: str) -> None:
+        """Record a tool that is not offered (its service is not configured), and why."""
+        self._check_new(name)
+        self._order.append(name)
+        self._unavailable[name] = reason
+
+    def availability(self) -> list[ToolAvailability]:
+        return [
+            ToolAvailability(name, True) if name in self._tools else ToolAvailability(name, False, self._unavailable[name])
+            for name in self._order
+        ]
+
+    def enabled(self) -> list[str]:
+        return [name for name in self._order if name in self._tools]
+
+    def schemas(self, names: Collection[str] | None = None) -> list[dict]:
+        """Anthropic `tools` params of the enabled tools (all, or those in `names`), in
+        registration order. The dicts are shared and cached: do not mutate them."""
+        return [schema for name, schema in self._schemas.items() if names is None or name in names]
+
+    async def run(
+        self,
+        tool_id: str,
+        name: str,
+        tool_input: dict,
+        *,
+        conversation_id: str,
+        owner: str,
+        on_progress: Callable[[str, float, str], None],
+    ) -> ToolResult:
+        """Run one tool call. `on_progress(tool_id, elapsed_seconds, status)` gets the
+        tool's own reports plus a heartbeat after `heartbeat` seconds of silence."""
+        adapter = self._tools.get(name)
+        if adapter is None:
+            return self._error(self._unknown(name))
+        if not isinstance(tool_input, dict):
+            return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}")
+        pulse = Pulse(tool_id, on_progress, self._heartbeat, asyncio.get_running_loop())
+        ctx = ToolContext(conversation_id, owner, tool_id, pulse.report)
+        try:
+            return await self._call(adapter, tool_input, ctx)
+        finally:
+            pulse.stop()  # also on cancel and timeout: no heartbeat outlives the call
+
+    async def _call(self, adapter: Adapter, tool_input: dict, ctx: ToolContext) -> ToolResult:
+        try:
+            args = adapter.bind(tool_input, ctx)
+        except ValidationError as exc:
+            logger.info("invalid input for tool %s: %s", adapter.name, exc)
+            return self._error(_invalid_input(adapter.name, exc))
+        except Exception as exc:  # a custom validator of the tool's own schema
+            return self._failure(adapter.name, exc)
+        timeout = asyncio.timeout(adapter.timeout)
+        try:
+            async with timeout:
+                content, artifact, is_error = await adapter.invoke(args, ctx)
+        except TimeoutError as exc:
+            if not timeout.expired():  # the tool's own TimeoutError, not ours
+                return self._failure(adapter.name, exc)
+            logger.warning("tool %s (%s) timed out after %g s", adapter.name, ctx.tool_id, adapter.timeout)
+            return self._error(f"Tool {adapter.name} timed out after {adapter.timeout:g} s")
+        except Exception as exc:
+            return self._failure(adapter.name, exc)
+        content = self._cap(_as_content(content))
+        return ToolResult(content, content if artifact is NO_ARTIFACT else artifact, is_error)
+
+    def _check_new(self, name: str) -> None:
+        if not _NAME.match(name):
+            raise ValueError(f"invalid tool name {name!r}: the API wants 1-64 of [a-zA-Z0-9_-]")
+        if name in self._tools or name in self._unavailable:
+            raise ValueError(f"tool {name!r} is already registered")
+
+    def _unknown(self, name: str) -> str:
+        if name in self._unavailable:
+            return f"Tool {name} is unavailable: {self._unavailable[name]}"
+        return f"Unknown tool {name!r}. Available tools: {', '.join(self.enabled()) or 'none'}"
+
+    def _failure(self, name: str, exc: Exception) -> ToolResult:
+        logger.error("tool %s failed", name, exc_info=exc)
+        message = str(exc).strip()
+        return self._error(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+    def _error(self, message: str) -> ToolResult:
+        message = self._cap(message)
+        return ToolResult(message, message, True)
+
+    def _cap(self, content: str | list[dict]) -> str | list[dict]:
+        if isinstance(content, str):
+            return _cap_text(content, self._output_chars)
+        budget, capped = self._output_chars, []
+        for block in content:  # text blocks share the budget; images pass as they are
+            if block.get("type") == "text" and isinstance(block.get("text"), str):
+                if budget <= 0:
+                    continue
+                text = _cap_text(block["text"], budget)
+                budget -= len(block["text"])
+                block = {**block, "text": text}
+            capped.append(block)
+        return capped
+
+
+def _cap_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    note = f"\n\n[Output truncated: showing the first {{}} of {len(text)} characters.]"
+    keep = max(limit - len(note) - 10, limit // 2)
+    return text[:keep] + note.format(keep)
+
+
+def _as_content(value: Any) -> str | list[dict]:
+    """What LangChain would put in a ToolMessage, in the shape Anthropic's tool_result takes."""
+    if isinstance(value, str):
+        return value or "(no output)"
+    if value is None:
+        return "(no output)"
+    if isinstance(value, list) and value and all(isinstance(b, str) or _is_block(b) for b in value):
+        return [{"type": "text", "text": b} if isinstance(b, str) else b for b in value]
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):  # circular structures
+        return str(value)
+
+
+def _is_block(value: Any) -> bool:
+    return isinstance(value, dict) and value.get("type") in _BLOCK_TYPES
+
+
+def _invalid_input(name: str, exc: ValidationError) -> str:
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or "input"
+        problem = f"{where}: {error['msg']}"
+        if error["type"] != "missing" and where != "input":
+            problem += f" (got {json.dumps(error.get('input'), default=str)[:80]})"
+        problems.append(problem)
+    return f"Invalid input for {name}: " + "; ".join(problems)

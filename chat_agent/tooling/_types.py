@@ -1,0 +1,68 @@
+"""The small public vocabulary shared by the registry and the tools."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from pydantic_core import core_schema
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about the call it serves.
+
+    A tool asks for it with a parameter annotated
+    `Annotated[ToolContext, InjectedToolArg]`; the registry fills it in and the
+    model never sees it. Built by hand (tests, scripts) it works too: `progress`
+    is then a no-op.
+    """
+
+    conversation_id: str
+    owner: str
+    tool_id: str
+    _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+
+    def progress(self, status: str) -> None:
+        """Tell the user what the tool is doing now (a short phrase): a `tool_progress` frame.
+
+        Safe to call from a worker thread (a sync tool): the report is handed to
+        the event loop.
+        """
+        if self._report is not None:
+            self._report(status)
+
+    # LangChain validates every argument, injected ones included, with the tool's
+    # pydantic args schema. An isinstance check keeps that to ~0.1 µs and hands the
+    # tool this very object (pydantic would otherwise rebuild the dataclass).
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.is_instance_schema(cls)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: Any, handler: Any) -> dict[str, Any]:
+        # Only reached by tracing code dumping the full args schema; the model's
+        # schema never contains the context.
+        return {"type": "object", "description": "injected by the registry"}
+
+
+@dataclass(slots=True, frozen=True)
+class ToolAvailability:
+    """One line of `session.tools`: whether a tool is offered, and if not why."""
+
+    name: str
+    enabled: bool
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The outcome of one tool call, ready for the model and for the UI."""
+
+    content: str | list[dict]  # the tool_result content the model gets back
+    output: Any  # JSON-able value for the UI (tool_end.output)
+    is_error: bool
+
+
+class ToolUnavailable(Exception):
+    """raised by a tool module's build() when its service is not configured; str(exc) is the reason shown to users"""

@@ -1,0 +1,246 @@
+"""The Messages API wire format: a scripted `Reply` as SSE events or as one Message JSON,
+and usage numbers (token estimates and prompt-cache accounting)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from tests.fakes.anthropic_script import Block, RedactedThinking, Reply, Signer, Text, Thinking, ToolUse, new_id
+from tests.fakes.anthropic_turns import blocks_of
+
+CACHE_LOOKBACK_BLOCKS = 20  # the real API looks this far back from a breakpoint for a hit
+PING_EVERY = 12  # content events between pings after the first one
+
+
+def tokens(chars: int) -> int:
+    return math.ceil(chars / 4)
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- content: a Reply's blocks with ids and signatures filled in -----------------------------
+
+
+def materialize(reply: Reply, signer: Signer) -> list[dict[str, Any]]:
+    """The Message `content` list for this reply, with fresh ids and server-issued signatures."""
+    return [_block_json(block, signer) for block in reply.blocks]
+
+
+def _block_json(block: Block, signer: Signer) -> dict[str, Any]:
+    match block:
+        case Text(text):
+            return {"type": "text", "text": text}
+        case ToolUse(name, tool_input, block_id):
+            return {"type": "tool_use", "id": block_id or new_id("toolu_01"), "name": name, "input": tool_input}
+        case Thinking(thinking, signature):
+            sig = signature if signature is not None else signer.sign(thinking)
+            return {"type": "thinking", "thinking": thinking, "signature": sig}
+        case RedactedThinking(data):
+            return {"type": "redacted_thinking", "data": data or signer.redacted_data()}
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def output_tokens(content: list[dict[str, Any]]) -> int:
+    chars = sum(len(b.get("text") or b.get("thinking") or b.get("data") or "") for b in content)
+    chars += sum(len(json.dumps(b["input"])) for b in content if b["type"] == "tool_use")
+    return max(1, tokens(chars))
+
+
+# -- SSE events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SSE:
+    event: str
+    data: dict[str, Any]
+
+    def encode(self) -> bytes:
+        payload = json.dumps(self.data) if self.event == "ping" else dumps(self.data)
+        return f"event: {self.event}\ndata: {payload}\n\n".encode()
+
+
+PING = SSE("ping", {"type": "ping"})
+
+
+def message_json(message_id: str, model: str, content: list[dict[str, Any]], reply: Reply, usage: dict) -> dict:
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reply.final_stop_reason,
+        "stop_sequence": reply.stop_sequence,
+        "usage": usage,
+    }
+
+
+def stream_events(message: dict[str, Any], reply: Reply) -> list[SSE]:
+    """The SSE events the real API would send for `message`, pings included."""
+    start_usage = {**message["usage"], "output_tokens": 1}
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}
+    events = [SSE("message_start", {"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        events += _block_events(index, block, reply.chunk_size)
+        if index == 0:
+            events.insert(2, PING)  # the real API pings right after the first block opens
+    events = _interleave_pings(events)
+    usage = {k: v for k, v in message["usage"].items() if k != "cache_creation" and k != "service_tier"}
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    events.append(SSE("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
+    events.append(SSE("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def _interleave_pings(events: list[SSE]) -> list[SSE]:
+    out: list[SSE] = []
+    for n, event in enumerate(events):
+        if n > 3 and n % PING_EVERY == 0:
+            out.append(PING)
+        out.append(event)
+    return out
+
+
+def _block_events(index: int, block: dict[str, Any], chunk_size: int | None) -> list[SSE]:
+    def delta(d: dict[str, Any]) -> SSE:
+        return SSE("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+
+    kind = block["type"]
+    deltas: list[SSE] = []
+    if kind == "text":
+        opening = {"type": "text", "text": ""}
+        deltas = [delta({"type": "text_delta", "text": p}) for p in split_text(block["text"], chunk_size)]
+    elif kind == "tool_use":
+        opening = {**block, "input": {}}
+        deltas = [delta({"type": "input_json_delta", "partial_json": p}) for p in _json_pieces(block, chunk_size)]
+    elif kind == "thinking":
+        opening = {"type": "thinking", "thinking": "", "signature": ""}
+        pieces = split_text(block["thinking"], chunk_size)
+        deltas = [delta({"type": "thinking_delta", "thinking": p}) for p in pieces]
+        deltas.append(delta({"type": "signature_delta", "signature": block["signature"]}))
+    else:
+        opening = block  # redacted_thinking arrives whole in its start event
+    start = SSE("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+    stop = SSE("content_block_stop", {"type": "content_block_stop", "index": index})
+    return [start, *deltas, stop]
+
+
+def split_text(text: str, chunk_size: int | None) -> list[str]:
+    """Fixed-size pieces, or word by word (each word keeps its trailing space) by default."""
+    if chunk_size:
+        return [text[i : i + chunk_size] for i in range(0, len(text), chunk_size)] or [""]
+    pieces: list[str] = []
+    for word in text.split(" "):
+        pieces.append(word + " ")
+    pieces[-1] = pieces[-1][:-1]
+    return [p for p in pieces if p] or [""]
+
+
+def _json_pieces(block: dict[str, Any], chunk_size: int | None) -> list[str]:
+    """The real API opens with an empty piece, then cuts the JSON anywhere, mid-string included."""
+    if not block["input"]:
+        return [""]  # a tool with no arguments streams no JSON at all; the SDK keeps `{}`
+    text = json.dumps(block["input"], ensure_ascii=False)
+    if chunk_size:
+        return [""] + [text[i : i + chunk_size] for i in range(0, len(text), chunk_size)]
+    rng = random.Random(block["id"])  # irregular but reproducible for a given id
+    pieces, at = [""], 0
+    while at < len(text):
+        size = rng.randint(1, 16)
+        pieces.append(text[at : at + size])
+        at += size
+    return pieces
+
+
+# -- usage: token estimates and prompt caching ----------------------------------------------------
+
+
+class PromptCache:
+    """Prefixes this server has cached, keyed by a running hash over the request's blocks."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        segments = _segments(body)
+        hashes, sizes = _prefix_hashes(body["model"], segments), _prefix_sizes(segments)
+        breakpoints = [i for i, (_, marked) in enumerate(segments) if marked]
+        if body.get("cache_control") and segments:
+            breakpoints.append(len(segments) - 1)  # top-level cache_control marks the last block
+        total = max(1, tokens(sizes[-1] if sizes else 0))
+        if not breakpoints:
+            return usage_dict(total, 0, 0)
+        with self._lock:
+            hit = self._longest_hit(hashes, breakpoints)
+            self._seen.update(hashes[b] for b in breakpoints)
+        cached = tokens(sizes[max(breakpoints)])
+        read = tokens(sizes[hit]) if hit is not None else 0
+        return usage_dict(max(0, total - cached), cached - read, read)
+
+    def _longest_hit(self, hashes: list[str], breakpoints: list[int]) -> int | None:
+        for end in range(max(breakpoints), -1, -1):
+            near = any(0 <= b - end < CACHE_LOOKBACK_BLOCKS for b in breakpoints)
+            if near and hashes[end] in self._seen:
+                return end
+        return None
+
+
+def total_input_tokens(body: dict[str, Any]) -> int:
+    return max(1, tokens(sum(len(text) for text, _ in _segments(body))))
+
+
+def usage_dict(input_tokens: int, creation: int, read: int, output: int = 0) -> dict[str, Any]:
+    return {
+        "input_tokens": input_tokens,
+        "cache_creation_input_tokens": creation,
+        "cache_read_input_tokens": read,
+        "cache_creation": {"ephemeral_5m_input_tokens": creation, "ephemeral_1h_input_tokens": 0},
+        "output_tokens": output,
+        "service_tier": "standard",
+    }
+
+
+def _segments(body: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The prompt as the cache sees it: tools, then system, then message blocks, in order."""
+    items: list[tuple[Any, Any]] = [(t, t) for t in body.get("tools") or []]
+    system = body.get("system")
+    if isinstance(system, str):
+        items.append(({"type": "text", "text": system}, None))
+    elif isinstance(system, list):
+        items += [(b, b) for b in system]
+    for message in body["messages"]:
+        items += [({"role": message["role"], **b}, b) for b in blocks_of(message)]
+    return [
+        (_strip_cache_control(item), bool(isinstance(src, dict) and src.get("cache_control"))) for item, src in items
+    ]
+
+
+def _strip_cache_control(block: Any) -> str:
+    if isinstance(block, dict):
+        block = {k: v for k, v in block.items() if k != "cache_control"}
+    return dumps(block)
+
+
+def _prefix_hashes(model: str, segments: list[tuple[str, bool]]) -> list[str]:
+    digest, out = hashlib.sha256(model.encode()).hexdigest(), []
+    for text, _ in segments:
+        digest = hashlib.sha256((digest + text).encode()).hexdigest()
+        out.append(digest)
+    return out
+
+
+def _prefix_sizes(segments: list[tuple[str, bool]]) -> list[int]:
+    sizes, total = [], 0
+    for text, _ in segments:
+        total += len(text)
+        sizes.append(total)
+    return sizes
