@@ -62,7 +62,7 @@ async def _turn(ws, content: str) -> tuple[int, int]:
             raise RuntimeError(f"server error frame: {frame}")
 
 
-async def drive(url: str, server_pid: int, sessions: int, words: int, rounds: int) -> dict:
+async def drive(url: str, server_pid: int, fake_pid: int, sessions: int, words: int, rounds: int) -> dict:
     sockets = []
     for _ in range(sessions):
         ws = await ws_connect(url)
@@ -77,22 +77,25 @@ async def drive(url: str, server_pid: int, sessions: int, words: int, rounds: in
             chunks, frames = chunks + c, frames + f
         return chunks, frames
 
-    cpu0, client0, t0 = proc_cpu(server_pid), time.process_time(), time.perf_counter()
+    cpu0, fake0, client0, t0 = proc_cpu(server_pid), proc_cpu(fake_pid), time.process_time(), time.perf_counter()
     counts = await asyncio.gather(*(one(ws) for ws in sockets))
     elapsed = time.perf_counter() - t0
     cpu, client = proc_cpu(server_pid) - cpu0, time.process_time() - client0
+    fake_cpu = proc_cpu(fake_pid) - fake0
     for ws in sockets:
         await ws.close()
     chunks = sum(c for c, _ in counts)
     per_session = {c for c, _ in counts}
     return {"chunks": chunks, "frames": sum(f for _, f in counts), "elapsed": elapsed, "server_cpu": cpu,
-            "client_cpu": client, "per_session": per_session}
+            "client_cpu": client, "fake_cpu": fake_cpu, "per_session": per_session}
 
 
 def report(name: str, r: dict) -> None:
     print(f"  {name:5s} {r['chunks']:7d} text frames ({r['frames']} in all) in {r['elapsed']:.2f} s = "
           f"{r['chunks'] / r['elapsed']:8.0f} frames/s; server CPU {r['server_cpu']:.2f} s "
-          f"({r['server_cpu'] / r['chunks'] * 1e6:.0f} µs/frame), client CPU {r['client_cpu']:.2f} s")
+          f"({r['server_cpu'] / r['chunks'] * 1e6:.0f} µs/frame, {r['server_cpu'] / r['elapsed']:.0%} of a core), "
+          f"fake CPU {r['fake_cpu']:.2f} s ({r['fake_cpu'] / r['elapsed']:.0%}), client CPU {r['client_cpu']:.2f} s "
+          f"({r['client_cpu'] / r['elapsed']:.0%})")
 
 
 async def main_async(args: argparse.Namespace) -> bool:
@@ -109,7 +112,7 @@ async def main_async(args: argparse.Namespace) -> bool:
             for trial in range(args.trials):
                 for name in ("bare", "ours"):  # alternate, so drift hits both
                     server = servers[name]
-                    r = await drive(server.ws_url, server.pid, args.sessions, args.words, args.rounds)
+                    r = await drive(server.ws_url, server.pid, fake.pid, args.sessions, args.words, args.rounds)
                     results[name].append(r)
                     report(f"{name}", r)
         finally:

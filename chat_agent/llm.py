@@ -115,6 +115,10 @@ def translate_error(exc: Exception) -> LLMError:
         return LLMError("llm_error", "The model API timed out.")
     if isinstance(exc, anthropic.APIConnectionError):
         return LLMError("llm_error", "Could not reach the model API.")
+    if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
+        # The SDK lets transport errors that happen mid-stream through unwrapped.
+        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
+    log.error("unexpected model call failure", exc_info=exc)
     return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
 
 
@@ -164,7 +168,7 @@ class ModelClient:
                     elif kind == "thinking":
                         yield ThinkingDelta(event.thinking)
                 message = await stream.get_final_message()
-        except anthropic.APIError as exc:
+        except Exception as exc:  # cancellation is a BaseException and passes through
             raise translate_error(exc) from exc
         content = [b for b in map(_block_json, message.content) if b is not None]
         yield ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
@@ -173,6 +177,6 @@ class ModelClient:
         """A plain call for background work (summaries); returns the text."""
         try:
             message = await self._client.messages.create(**request.params())
-        except anthropic.APIError as exc:
+        except Exception as exc:
             raise translate_error(exc) from exc
         return "".join(b.text for b in message.content if b.type == "text").strip()

@@ -1,0 +1,36 @@
+"""`python server.py` with the benchmark tools (bench_tools.py) added to its registry.
+
+Everything else is the real server: `server.main()` with its uvicorn settings and
+configuration from the environment. Only `tools.build_registry`, which `create_app` looks
+up when the app starts, is wrapped to add the tools.
+
+    python bench/bench_server.py      # same environment variables as server.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parent), str(HERE)]
+
+import tools  # noqa: E402
+from bench_tools import BENCH_TOOLS  # noqa: E402
+
+_build_registry = tools.build_registry
+
+
+def build_registry(settings):
+    registry = _build_registry(settings)
+    for tool in BENCH_TOOLS:
+        registry.add(tool)
+    return registry
+
+
+tools.build_registry = build_registry
+
+if __name__ == "__main__":
+    import server  # noqa: E402
+
+    sys.exit(server.main())

@@ -1,0 +1,247 @@
+"""Per-turn overhead of a one-tool turn: ours (in-process and through the WebSocket) vs LangGraph.
+
+A turn: the user asks, the model (the fake, instant) answers with a tool_use for `noop`,
+the tool returns at once, the model answers with a short text. Four variants run
+interleaved in one event loop against one fake Anthropic process, each turn on a fresh
+conversation (so every variant sends the same two requests every time):
+
+- bare:      the same two model calls made with the SDK (`messages.stream` +
+             `get_final_message()`), same messages, system prompt and tool schema;
+- ours:      `chat_agent.loop.run_turn` in-process, with a `ConversationManager` on a real
+             `StoreWriter` and SQLite store (as hub.py/runner.py build them), the user
+             message added as `TurnRunner.start` does, and the writer flushed at the end;
+- ours/ws:   the real server (bench/bench_server.py: server.py plus the noop tool) in a child
+             process; from sending `message` to receiving `done`;
+- langgraph: `langgraph.prebuilt.create_react_agent` with `ChatAnthropic(streaming=True)`
+             and the same tool and system prompt, `ainvoke`.
+
+Overhead = median(variant) - median(bare). Target: ours (in-process) / LangGraph ≤ 0.5.
+With --profile (or when ours misses), cProfile of the in-process turns is printed.
+
+    python bench/turn_overhead.py [--iterations 300] [--warmup 30] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import json
+import pstats
+import sys
+import tempfile
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, send_message,  # noqa: E402
+                     use_uvloop, verdict, ws_connect)
+from bench_tools import noop  # noqa: E402
+
+import anthropic  # noqa: E402
+
+from chat_agent.config import Settings  # noqa: E402
+from chat_agent.conversation import ConversationManager  # noqa: E402
+from chat_agent.llm import ModelClient  # noqa: E402
+from chat_agent.loop import Agent, Turn, run_turn  # noqa: E402
+from chat_agent.prompts import SYSTEM_PROMPT  # noqa: E402
+from chat_agent.store import CreateConversation, SqliteStore  # noqa: E402
+from chat_agent.tokens import TokenCounter  # noqa: E402
+from chat_agent.tools import ToolRegistry  # noqa: E402
+from chat_agent.writer import StoreWriter  # noqa: E402
+
+TARGET = 0.5
+PROMPT = '[[tool noop {}]] please'
+OWNER = "bench"
+DEFAULTS = Settings()  # the model name and max_tokens the server sends
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # the SDK flags the default model name
+
+
+class Ours:
+    def __init__(self, fake: FakeAnthropicProcess, data_dir: Path):
+        self.settings = Settings(anthropic_api_key=fake.api_key, anthropic_base_url=fake.base_url,
+                                 data_dir=data_dir, llm_max_retries=0)
+        self.registry = ToolRegistry()
+        self.registry.add(noop)
+        self.store = SqliteStore(data_dir / "bench.db")
+        self.counter = TokenCounter()
+
+    async def open(self) -> None:
+        await self.store.open()
+        self.writer = StoreWriter(self.store)
+        self.writer.start()
+        self.model = ModelClient(self.settings)
+        self.agent = Agent(self.model, self.registry, self.settings)
+        self.tools = self.registry.schemas()
+
+    async def close(self) -> None:
+        await self.writer.close()
+        await self.model.close()
+        await self.store.close()
+
+    async def prepare(self) -> tuple[ConversationManager, Turn]:
+        """A fresh conversation, as Hub._create and prepare_turn make it (not timed)."""
+        cid = uuid.uuid4().hex
+        self.writer.submit([CreateConversation(OWNER, cid, time.time())])
+        await self.writer.flush()
+        s = self.settings
+        conv = ConversationManager(OWNER, cid, visible=[], model=[], counter=self.counter, writer=self.writer,
+                                   summary_chars=s.summary_chars, max_tokens=s.max_context_tokens)
+        conv.estimate_overhead(self.counter.text(SYSTEM_PROMPT) + self.counter.text(json.dumps(self.tools)))
+        return conv, Turn(owner=OWNER, conversation_id=cid, model=s.model, system=SYSTEM_PROMPT, tools=self.tools)
+
+    async def turn(self, conv: ConversationManager, turn: Turn) -> list:
+        conv.add_user([{"type": "text", "text": PROMPT}])
+        events = [event async for event in run_turn(self.agent, conv, turn)]
+        await self.writer.flush()
+        return events
+
+
+class Bare:
+    def __init__(self, fake: FakeAnthropicProcess, tools: list[dict]):
+        self.client = anthropic.AsyncAnthropic(api_key=fake.api_key, base_url=fake.base_url, max_retries=0)
+        self.tools = tools
+
+    async def _call(self, messages: list[dict]):
+        async with self.client.messages.stream(model=DEFAULTS.model, max_tokens=DEFAULTS.max_output_tokens,
+                                               system=SYSTEM_PROMPT, tools=self.tools, messages=messages) as stream:
+            return await stream.get_final_message()
+
+    async def turn(self) -> str:
+        messages = [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}]
+        first = await self._call(messages)
+        use = next(b for b in first.content if b.type == "tool_use")
+        content = [{"type": "text", "text": b.text} if b.type == "text" else
+                   {"type": "tool_use", "id": b.id, "name": b.name, "input": b.input} for b in first.content]
+        messages += [{"role": "assistant", "content": content},
+                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "ok"}]}]
+        second = await self._call(messages)
+        return second.content[0].text
+
+
+class LangGraph:
+    def __init__(self, fake: FakeAnthropicProcess):
+        from langchain_anthropic import ChatAnthropic
+        from langgraph.prebuilt import create_react_agent
+        llm = ChatAnthropic(model=DEFAULTS.model, base_url=fake.base_url, api_key=fake.api_key, streaming=True,
+                            max_tokens=DEFAULTS.max_output_tokens, max_retries=0)
+        self.graph = create_react_agent(llm, [noop], prompt=SYSTEM_PROMPT)
+
+    async def turn(self) -> str:
+        state = await self.graph.ainvoke({"messages": [("user", PROMPT)]})
+        return state["messages"][-1].text
+
+
+async def ws_turn(url: str) -> tuple[float, list[str]]:
+    ws = await ws_connect(url)
+    try:
+        await recv_json(ws)  # session
+        t0 = time.perf_counter()
+        await ws.send(send_message(PROMPT))
+        kinds = []
+        while True:
+            frame = json.loads(await ws.recv())
+            kinds.append(frame["type"])
+            if frame["type"] in ("done", "error"):
+                return time.perf_counter() - t0, kinds
+    finally:
+        await ws.close()
+
+
+def _check(name: str, ok: bool, detail: object) -> None:
+    if not ok:
+        raise RuntimeError(f"{name} did not make a one-tool turn: {detail}")
+
+
+async def main_async(args: argparse.Namespace) -> bool:
+    fake = FakeAnthropicProcess()
+    tmp = tempfile.TemporaryDirectory(prefix="bench-turn-")
+    ours = Ours(fake, Path(tmp.name))
+    server = None
+    try:
+        await ours.open()
+        bare, graph = Bare(fake, ours.tools), LangGraph(fake)
+        server = ChatServer(fake, Path(tmp.name) / "server", script="bench/bench_server.py")
+        # sanity: every variant really makes the tool call and gets the final answer
+        conv, turn = await ours.prepare()
+        events = await ours.turn(conv, turn)
+        _check("ours", [type(e).__name__ for e in events].count("ToolEnded") == 1
+               and events[-1].stop_reason == "end_turn", events)
+        _check("bare", (await bare.turn()).startswith("Done: ok"), "")
+        _check("langgraph", (await graph.turn()).startswith("Done: ok"), "")
+        _, kinds = await ws_turn(server.ws_url)
+        _check("ours/ws", "tool_end" in kinds and kinds[-1] == "done", kinds)
+
+        times: dict[str, list[float]] = {"bare": [], "ours": [], "ours/ws": [], "langgraph": []}
+        for i in range(args.warmup + args.iterations):
+            keep = i >= args.warmup
+            t0 = time.perf_counter()
+            await bare.turn()
+            t_bare = time.perf_counter() - t0
+            conv, turn = await ours.prepare()
+            t0 = time.perf_counter()
+            await ours.turn(conv, turn)
+            t_ours = time.perf_counter() - t0
+            t_ws, _ = await ws_turn(server.ws_url)
+            t0 = time.perf_counter()
+            await graph.turn()
+            t_graph = time.perf_counter() - t0
+            if keep:
+                for name, t in (("bare", t_bare), ("ours", t_ours), ("ours/ws", t_ws), ("langgraph", t_graph)):
+                    times[name].append(t)
+
+        med = {name: median(v) for name, v in times.items()}
+        print(f"turn overhead: one-tool turn, {args.iterations} iterations after {args.warmup} warm-up, "
+              f"interleaved; fake Anthropic in its own process")
+        for name, v in times.items():
+            print(f"  {name:9s} median {ms(med[name])}  p10 {ms(pct(v, 10))}  p90 {ms(pct(v, 90))}")
+        over = {name: med[name] - med["bare"] for name in ("ours", "ours/ws", "langgraph")}
+        print("overhead over the two bare SDK calls (median - median bare):")
+        for name, o in over.items():
+            print(f"  {name:9s} {ms(o)}")
+        ratio = over["ours"] / over["langgraph"]
+        print(f"  ours/ws vs LangGraph: {over['ours/ws'] / over['langgraph']:.3f} (includes the WebSocket hop, "
+              f"the event log in SQLite and the client's frame parsing; LangGraph has no such layer)")
+        passed = verdict("per-turn overhead ours(in-process)/LangGraph", ratio, TARGET, higher_is_better=False)
+        if args.profile or not passed:
+            await profile(ours, args.profile_turns)
+        return passed
+    finally:
+        if server is not None:
+            server.stop()
+        await ours.close()
+        fake.stop()
+        tmp.cleanup()
+
+
+async def profile(ours: Ours, turns: int) -> None:
+    """cProfile of in-process turns (the bare SDK work is inside too: read it as a whole)."""
+    prof = cProfile.Profile()
+    for _ in range(turns):
+        conv, turn = await ours.prepare()
+        prof.enable()
+        await ours.turn(conv, turn)
+        prof.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(prof, stream=out)
+    stats.sort_stats("tottime").print_stats(25)
+    print(f"\nprofile of {turns} in-process turns, by own time:\n" + out.getvalue())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=30)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-turns", type=int, default=100)
+    args = parser.parse_args()
+    use_uvloop()
+    return 0 if asyncio.run(main_async(args)) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The ConversationManager on a real SQLite store: counting, correcting, persisting, summarizing."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat_agent.conversation import ConversationManager
+from chat_agent.events import TokenUsage
+from chat_agent.protocol import VisibleMessage
+from chat_agent.store import CreateConversation, SqliteStore
+from chat_agent.tokens import TokenCounter
+from chat_agent.writer import StoreWriter
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter()
+
+
+@pytest.fixture
+async def store(tmp_path):
+    store = SqliteStore(tmp_path / "db.sqlite")
+    await store.open()
+    writer = StoreWriter(store)
+    writer.start()
+    writer.submit([CreateConversation("u", "c", 1.0)])
+    yield store, writer
+    await writer.close()
+    await store.close()
+
+
+def manager(store, counter, summary_chars=300_000, visible=(), model=()) -> ConversationManager:
+    return ConversationManager("u", "c", visible=visible, model=model, counter=counter, writer=store[1],
+                               summary_chars=summary_chars, max_tokens=200_000)
+
+
+async def test_counts_are_incremental_and_corrected_by_usage(store, counter):
+    conv = manager(store, counter)
+    conv.add_user("hello there")
+    estimate = conv.tokens
+    assert 0 < estimate < 20
+    # the API says the request cost 500 tokens (system prompt, tools...) and the reply 40
+    conv.add_assistant([{"type": "text", "text": "hi"}], TokenUsage(input_tokens=300, cache_read_tokens=200,
+                                                                   output_tokens=40))
+    assert conv.tokens == 540
+    conv.add_user("and more")
+    assert conv.tokens == 540 + counter.content([{"type": "text", "text": "and more"}])
+
+
+async def test_user_messages_merge_to_keep_roles_alternating(store, counter):
+    conv = manager(store, counter)
+    conv.add_user("one")
+    conv.add_assistant([{"type": "tool_use", "id": "t", "name": "x", "input": {}}])
+    conv.add_tool_results([{"type": "tool_result", "tool_use_id": "t", "content": "r"}], note="[stopped]")
+    conv.add_user("two")
+    assert [m["role"] for m in conv.messages] == ["user", "assistant", "user"]
+    assert [b["type"] for b in conv.messages[-1]["content"]] == ["tool_result", "text", "text"]
+
+
+async def test_both_histories_persist(store, counter):
+    conv = manager(store, counter)
+    conv.add_visible(VisibleMessage(id="m1", role="user", content="hi", created_at=1.0))
+    conv.add_user("hi")
+    conv.add_assistant([{"type": "text", "text": "yo"}], TokenUsage(input_tokens=10, output_tokens=2))
+    await store[1].flush()
+    visible = await store[0].load_history("u", "c", "visible")
+    model = await store[0].load_history("u", "c", "model")
+    again = manager(store, counter, visible=visible, model=model)
+    assert again.messages == conv.messages and again.visible[0].content == "hi"
+    assert again.tokens - again._overhead == conv.tokens - conv._overhead
+
+
+async def test_summary_replaces_the_old_part_only(store, counter):
+    conv = manager(store, counter, summary_chars=2_000)
+    for i in range(6):
+        conv.add_user(f"question {i} " + "x" * 400)
+        conv.add_assistant([{"type": "text", "text": f"answer {i} " + "y" * 400}])
+    assert conv.needs_summary()
+    transcripts = []
+
+    async def summarize(transcript: str) -> str:
+        transcripts.append(transcript)
+        return "They asked six questions."
+
+    assert await conv.summarize(summarize)
+    assert not conv.needs_summary()
+    assert "question 0" in transcripts[0]
+    first = conv.messages[0]
+    assert first["role"] == "user" and "They asked six questions." in first["content"][0]["text"]
+    assert conv.messages[-1]["content"][0]["text"].startswith("answer 5")
+    roles = [m["role"] for m in conv.messages]
+    assert all(a != b for a, b in zip(roles, roles[1:]))
+    await store[1].flush()
+    stored = await store[0].load_history("u", "c", "model")
+    assert [item.data for item in stored] == conv.messages

@@ -1,0 +1,65 @@
+"""Context accounting and summaries as a client sees them; tools that are not configured."""
+
+from __future__ import annotations
+
+from tests.fakes.anthropic_fake import Reply
+from tests.support import connect, send, until
+
+
+async def test_long_history_is_summarized_between_steps(make_server, fake_anthropic):
+    server = make_server(CHAT_AGENT_SUMMARY_CHARS="3000", CHAT_AGENT_SMALL_MODEL="claude-haiku-test")
+    ws, session = await connect(server)
+    updates = []
+    for i in range(6):
+        await send(ws, type="message", content=f"message {i} " + "z" * 400)
+        frames = await until(ws, "done")
+        assert frames[-1]["stopReason"] == "end_turn"
+        updates += [f for f in frames if f["type"] == "context_update"]
+    summarized = [u for u in updates if u["summarized"]]
+    assert summarized, "a summary happened once the history passed 3,000 characters"
+    assert all(u["maxTokens"] == 200_000 and u["tokens"] > 0 for u in updates)
+    summary_calls = [r for r in fake_anthropic.requests if r.body.get("model") == "claude-haiku-test"]
+    assert summary_calls and "message 0" in summary_calls[0].body["messages"][0]["content"]
+    last = fake_anthropic.requests[-1].body["messages"]
+    assert "<conversation_summary>" in last[0]["content"][0]["text"]
+    assert "message 5" in str(last[-1])
+    # the visible history is untouched
+    body = server.get(f"/api/conversations/{session['conversationId']}")[1]
+    assert len(body["messages"]) == 12 and body["messages"][0]["content"].startswith("message 0")
+    await ws.close()
+
+
+async def test_unconfigured_tool_is_not_offered_and_session_says_why(make_server, fake_anthropic):
+    server = make_server(EXA_API_KEY="")
+    ws, session = await connect(server)
+    web = next(t for t in session["tools"] if t["name"] == "web_search")
+    assert web["enabled"] is False and "EXA_API_KEY" in web["reason"]
+    fake_anthropic.enqueue(Reply("no tools today"))
+    await send(ws, type="message", content="search something")
+    await until(ws, "done")
+    assert "tools" not in fake_anthropic.requests[-1].body
+    await ws.close()
+
+
+async def test_web_search_can_be_switched_off_per_message(server, fake_anthropic):
+    ws, _ = await connect(server)
+    fake_anthropic.enqueue(Reply("ok"))
+    await send(ws, type="message", content="hi", settings={"webSearch": False})
+    await until(ws, "done")
+    assert "tools" not in fake_anthropic.requests[-1].body
+    fake_anthropic.enqueue(Reply("ok"))
+    await send(ws, type="message", content="hi")
+    await until(ws, "done")
+    assert [t["name"] for t in fake_anthropic.requests[-1].body["tools"]] == ["web_search"]
+    await ws.close()
+
+
+async def test_missing_anthropic_key_is_a_clear_error(make_server):
+    server = make_server(ANTHROPIC_API_KEY="")
+    ws, _ = await connect(server)
+    await send(ws, type="message", content="hi")
+    frame = (await until(ws, "error"))[-1]
+    assert frame["code"] == "llm_error" and "ANTHROPIC_API_KEY" in frame["message"]
+    status, health = server.get("/health")
+    assert health["anthropic"]["configured"] is False
+    await ws.close()
