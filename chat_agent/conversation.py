@@ -58,10 +58,11 @@ class ConversationManager:
     def chars(self) -> int:
         return self._chars
 
-    def estimate_overhead(self, tokens: int) -> None:
-        """Before the API has reported anything, our estimate of system prompt and tools."""
+    def estimate_overhead(self, estimate: Callable[[], int]) -> None:
+        """Before the API has reported anything, our estimate of system prompt and tools
+        (a callable, so the estimate is only computed when it is needed)."""
         if self._overhead == 0:
-            self._overhead = tokens
+            self._overhead = estimate()
 
     def needs_summary(self) -> bool:
         return self._chars > self._summary_chars

@@ -103,15 +103,16 @@ class Hub:
 
     async def start_turn(self, live: LiveConversation, message: MessageIn) -> None:
         """Starts a turn for a `message` frame; raises FrameRejected to answer with an error."""
-        if message.id is not None:
-            if await self.store.has_client_message_id(live.owner, live.id, message.id):
-                return  # a client retrying a message it already sent: ignored, as PROTOCOL.md says
+        if message.id is not None and (message.id in live.client_ids or await self.store.has_client_message_id(
+                live.owner, live.id, message.id)):
+            return  # a client retrying a message it already sent: ignored, as PROTOCOL.md says
         if not self.agent.model.configured:
             raise FrameRejected("llm_error", "The server has no ANTHROPIC_API_KEY, so it cannot reach the model.")
         if live.running:
             raise FrameRejected("busy", "A turn is already running in this conversation; wait for done or abort it.")
         runner, user_message, content = prepare_turn(self, live, message)
         if message.id is not None:
+            live.client_ids.add(message.id)
             self.writer.submit([RecordClientMessageId(live.owner, live.id, message.id)])
         runner.start(user_message, content)
         runner.task.add_done_callback(lambda _: self.release(live))
@@ -128,15 +129,16 @@ class Hub:
         live.publish(ContextUpdate(tokens=live.manager.tokens, max_tokens=live.manager.max_tokens))
 
     async def delete(self, owner: str, conversation_id: str) -> bool:
-        live = await self.open(owner, conversation_id)
-        if live is None:
+        live = self._live.get(conversation_id)
+        if live is not None and live.owner == owner:
+            await self.abort(live)
+            gone = ErrorFrame(conversation_id=conversation_id, code="not_found", message="This conversation was deleted.")
+            for listener in tuple(live.listeners):
+                listener.close(4404, gone.to_json())
+            live.listeners.clear()
+            self._live.pop(conversation_id, None)
+        elif await self.store.get_conversation(owner, conversation_id) is None:
             return False
-        await self.abort(live)
-        gone = ErrorFrame(conversation_id=conversation_id, code="not_found", message="This conversation was deleted.")
-        for listener in tuple(live.listeners):
-            listener.close(4404, gone.to_json())
-        live.listeners.clear()
-        self._live.pop(conversation_id, None)
         await self.writer.wait_for(self.writer.submit([DeleteConversation(owner, conversation_id)]))
         return True
 

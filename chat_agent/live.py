@@ -33,6 +33,7 @@ class LiveConversation:
         self.reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
         self.runner: object | None = None  # the TurnRunner while a turn runs
         self.turn_starts: list[int] = []  # first seqs of recent turns, for event retention
+        self.client_ids: set[str] = set()  # client message ids seen while open (the store has them all)
         self._writer = writer
         self._ticket = 0
 

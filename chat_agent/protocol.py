@@ -30,7 +30,7 @@ class Model(BaseModel):
 class ToolInfo(Model):
     name: str
     enabled: bool
-    reason: str | None = None
+    reason: str | None = Field(default=None, exclude_if=lambda v: v is None)  # `reason?` in PROTOCOL.md
 
 
 class ContextInfo(Model):

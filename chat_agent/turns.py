@@ -77,7 +77,7 @@ def prepare_turn(hub: "Hub", live: "LiveConversation",
                                              + ", ".join(settings.models))
     names = tool_names(hub, message)
     tools = hub.agent.registry.schemas(names)
-    live.manager.estimate_overhead(hub.counter.text(SYSTEM_PROMPT) + hub.counter.text(json.dumps(tools)))
+    live.manager.estimate_overhead(lambda: hub.counter.text(SYSTEM_PROMPT) + hub.counter.text(json.dumps(tools)))
     turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=SYSTEM_PROMPT, tools=tools,
                 thinking=message.settings.thinking)
     user = VisibleMessage(id=new_id("msg"), role="user", content=message.content, created_at=time.time(),

@@ -167,7 +167,8 @@ class SqliteStore(Store):
         return self._db
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        return list(await self._conn().execute_fetchall(sql, params))
+        async with self._lock:
+            return list(await self._conn().execute_fetchall(sql, params))
 
 
 def _turn(row: Sequence[Any]) -> TurnRecord:

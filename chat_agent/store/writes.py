@@ -32,7 +32,7 @@ from chat_agent.store.ops import (
 Row = tuple[Any, ...]
 Step = tuple[str, list[Row]]
 
-# ?1 is always the conversation id; the owner is the last parameter.
+# In every statement ?1 is the conversation id; _OWNED checks it against owner ?n.
 _OWNED = "EXISTS (SELECT 1 FROM conversations WHERE id = ?1 AND owner = ?{n})"
 _NEXT_POS = (
     "(SELECT COALESCE(MAX(pos), -1) + 1 FROM history_items"
