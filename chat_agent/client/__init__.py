@@ -5,7 +5,8 @@
 """
 
 from .cli import main
-from .connection import DEFAULT_URL, ChatClient, parse_frame
+from .connection import DEFAULT_URL, ChatClient
+from .wire import parse_frame
 from .errors import ChatError, ClientError, ConnectError, ConnectionLost, ProtocolMismatch
 from .turn import TurnDone
 

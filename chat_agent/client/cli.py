@@ -77,7 +77,9 @@ class Ui:
             self.out.write(self.renderer.render(frame))
 
     def note(self, text: str) -> None:
-        if not self.json:
+        if self.json:  # stdout is frames only; the note still deserves a reader
+            print(text, file=sys.stderr, flush=True)
+        else:
             self.out.write(self.renderer.note(text))
 
 

@@ -15,31 +15,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
-from pydantic import ValidationError
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import ConnectionClosed
 
 from chat_agent.protocol import (AbortIn, AnyServerFrame, ClearContextIn, ClientModel, EditArtifactIn,
-                                 ErrorFrame, MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn,
-                                 SessionFrame, server_frames)
+                                 MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn, SessionFrame)
 
-from .errors import ClientError, ConnectError, ConnectionLost, ProtocolMismatch
+from .errors import ClientError, ConnectError, ConnectionLost
 from .sequencer import SeqOrderer
 from .turn import OnFrame, TurnDone, collect_turn
+from .wire import describe_close, encode, fatal_close, open_session, parse_frame
 
 DEFAULT_URL = "ws://127.0.0.1:8000/api/chat-agent"
-# Close codes after which reconnecting would only repeat the failure: protocol errors
-# (ours to fix) and the server's own 4xxx refusals (auth, unknown conversation).
-FATAL_CLOSE_CODES = frozenset({1002, 1003, 1007, 1008, 1010})
-# Error frames instead of `session` that a retry could cure.
-TRANSIENT_CONNECT_CODES = frozenset({"internal", "rate_limited"})
 
 log = logging.getLogger(__name__)
 
@@ -49,32 +41,6 @@ class _End:
     """Queued once the frame stream is over: `error` None means the user closed the client."""
 
     error: BaseException | None = None
-
-
-def parse_frame(data: str | bytes) -> AnyServerFrame:
-    if isinstance(data, bytes):
-        raise ProtocolMismatch(f"server sent a binary frame ({len(data)} bytes); frames are JSON text")
-    try:
-        return server_frames.validate_json(data)
-    except ValidationError as exc:
-        raise ProtocolMismatch(f"server frame does not match chat_agent.protocol: {exc}\n"
-                               f"frame: {data[:500]}") from exc
-
-
-def encode(frame: ClientModel) -> str:
-    # exclude_unset: only what the caller gave goes on the wire, so server defaults apply.
-    return json.dumps(frame.model_dump(mode="json", exclude_unset=True))
-
-
-def fatal_close(code: int) -> bool:
-    return code >= 4000 or code in FATAL_CLOSE_CODES
-
-
-def describe_close(exc: ConnectionClosed) -> tuple[int, str]:
-    if exc.rcvd is None:
-        return 1006, "connection dropped without a close frame"
-    reason = f": {exc.rcvd.reason}" if exc.rcvd.reason else ""
-    return exc.rcvd.code, f"close code {exc.rcvd.code}{reason}"
 
 
 class ChatClient:
@@ -128,7 +94,9 @@ class ChatClient:
         if session.running:
             # Whether a new connection gets a running turn's live frames without `resume`
             # is not fixed by PROTOCOL.md; asking costs nothing and duplicates are dropped.
-            await self._send_on(self._require_ws(), ResumeIn(type="resume", after_seq=self.last_seq))
+            # A failed send shows up in the reader as the socket's close, handled there.
+            with contextlib.suppress(ConnectionClosed):
+                await self._send_on(self._require_ws(), ResumeIn(type="resume", after_seq=self.last_seq))
         self._connected.set()
         self._reader = asyncio.create_task(self._read_loop(), name="chat-agent-client-reader")
         return session
@@ -144,54 +112,10 @@ class ChatClient:
         self._queue.put_nowait(_End())
 
     async def _open(self) -> SessionFrame:
-        try:
-            ws = await connect(self._full_url(), compression=None, max_size=self._max_size,
-                               additional_headers=self._headers(), open_timeout=self._open_timeout)
-        except InvalidStatus as exc:
-            status = exc.response.status_code
-            raise ConnectError(f"{self.url} refused the connection: HTTP {status}",
-                               transient=status >= 500) from exc
-        except InvalidURI as exc:
-            raise ConnectError(f"not a WebSocket URL: {self.url}") from exc
-        except (OSError, TimeoutError, WebSocketException) as exc:
-            raise ConnectError(f"cannot connect to {self.url}: {exc or type(exc).__name__}",
-                               transient=True) from exc
-        try:
-            session = await self._first_frame(ws)
-        except BaseException:
-            await ws.close()
-            raise
-        self._ws, self.session, self.conversation_id = ws, session, session.conversation_id
+        self._ws, session = await open_session(self.url, self.token, self.conversation_id,
+                                               open_timeout=self._open_timeout, max_size=self._max_size)
+        self.session, self.conversation_id = session, session.conversation_id
         return session
-
-    async def _first_frame(self, ws: ClientConnection) -> SessionFrame:
-        try:
-            async with asyncio.timeout(self._open_timeout):
-                frame = parse_frame(await ws.recv())
-        except TimeoutError:
-            raise ConnectError(f"{self.url} sent no session frame", transient=True) from None
-        except ConnectionClosed as exc:
-            code, why = describe_close(exc)
-            raise ConnectError(f"{self.url} closed the connection ({why})",
-                               transient=not fatal_close(code)) from exc
-        if isinstance(frame, ErrorFrame):
-            raise ConnectError(f"{frame.code}: {frame.message}", code=frame.code,
-                               transient=frame.code in TRANSIENT_CONNECT_CODES)
-        if not isinstance(frame, SessionFrame):
-            raise ProtocolMismatch(f"first frame was {frame.type!r}, PROTOCOL.md says session")
-        return frame
-
-    def _full_url(self) -> str:
-        parts = urlsplit(self.url)
-        query = parse_qsl(parts.query)
-        if self.conversation_id:
-            query.append(("conversationId", self.conversation_id))
-        if self.token:
-            query.append(("token", self.token))
-        return parts._replace(query=urlencode(query)).geturl()
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     # ---- receiving --------------------------------------------------------------------
 
@@ -218,9 +142,7 @@ class ChatClient:
                 async with asyncio.timeout_at(self._order.deadline()):
                     data = await ws.recv()
             except TimeoutError:  # a seq gap outlived gap_timeout: the server no longer has it
-                self._deliver(self._order.expire(loop.time()))
-                first, last = self._order.gaps[-1]
-                self._on_status(f"events {first}..{last} could not be replayed; continuing without them")
+                self._skip_gap(loop.time())
                 continue
             except ConnectionClosed as exc:
                 return exc
@@ -234,19 +156,27 @@ class ChatClient:
         for frame in frames:
             self._queue.put_nowait(frame)
 
+    def _skip_gap(self, now: float) -> None:
+        released = self._order.expire(now)
+        if released:  # empty when the timer fired a hair early; the loop comes back
+            first, last = self._order.gaps[-1]
+            self._on_status(f"events {first}..{last} could not be replayed; continuing without them")
+            self._deliver(released)
+
     async def _reconnect_after(self, why: str) -> None:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self._reconnect_timeout
         delay, cap = self._backoff
+        lead = "connection lost"
         while (remaining := give_up - loop.time()) > 0:
-            self._on_status(f"connection lost ({why}); reconnecting in {min(delay, remaining):.1f} s")
+            self._on_status(f"{lead} ({why}); reconnecting in {min(delay, remaining):.1f} s")
             await asyncio.sleep(min(delay, remaining))
             try:
                 await self._open()
             except ConnectError as exc:
                 if not exc.transient:
                     raise ConnectionLost(f"reconnecting was refused: {exc}") from exc
-                why, delay = str(exc), min(delay * 2, cap)
+                lead, why, delay = "still disconnected", str(exc), min(delay * 2, cap)
                 continue
             self.reconnects += 1
             # A failed send shows up as the next recv's ConnectionClosed: reconnect again then.
@@ -260,30 +190,36 @@ class ChatClient:
 
     async def receive(self, timeout: float | None = None) -> AnyServerFrame:
         """The next frame. Raises TimeoutError, or the ClientError that ended the stream."""
-        async with asyncio.timeout(timeout):
-            item = await self._queue.get()
-        if isinstance(item, _End):
-            self._queue.put_nowait(item)  # every later call ends the same way
-            raise item.error or ConnectionLost("the client was closed")
-        return item
+        frame = await self._next(timeout)
+        if frame is None:
+            raise ConnectionLost("the client was closed")
+        return frame
 
     async def frames(self) -> AsyncIterator[AnyServerFrame]:
         """Every server frame but `session`, forever; ends when `close()` is called."""
-        while True:
+        while (frame := await self._next(None)) is not None:
+            yield frame
+
+    async def _next(self, timeout: float | None) -> AnyServerFrame | None:
+        """The next frame, None once the client was closed, or the error that ended it."""
+        async with asyncio.timeout(timeout):
             item = await self._queue.get()
-            if isinstance(item, _End):
-                self._queue.put_nowait(item)
-                if item.error is not None:
-                    raise item.error
-                return
-            yield item
+        if not isinstance(item, _End):
+            return item
+        self._queue.put_nowait(item)  # every later call ends the same way
+        if item.error is not None:
+            raise item.error
+        return None
 
     # ---- sending ----------------------------------------------------------------------
 
     async def send(self, frame: ClientModel) -> None:
         """Send a client frame. With `reconnect`, waits out a reconnect and sends again: the
         frame may then arrive twice, which is why `send_message` always sets `id`."""
-        text = encode(frame)
+        await self.send_raw(encode(frame))
+
+    async def send_raw(self, text: str) -> None:
+        """Send text as is, valid or not (tests of the server's input checks use it)."""
         while True:
             ws = await self._usable_ws()
             try:
@@ -294,10 +230,6 @@ class ChatClient:
                     raise ConnectionLost(f"connection to {self.url} closed ({describe_close(exc)[1]})") from exc
                 if self._ws is ws:  # the reader has not noticed yet; wait for its reconnect
                     self._connected.clear()
-
-    async def send_raw(self, text: str) -> None:
-        """Send text as is, valid or not (for tests of the server's input checks)."""
-        await (await self._usable_ws()).send(text)
 
     async def send_message(self, content: str, settings: dict[str, Any] | None = None,
                            client_id: str | None = None, *, attachments: list[dict[str, Any]] | None = None,

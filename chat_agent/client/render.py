@@ -209,7 +209,9 @@ class TurnRenderer:
         """Get to the start of a clean line. The newline after reply text is decoration:
         the reply itself stays byte for byte what the model wrote."""
         cursor, self._cursor = self._cursor, "line"
-        return {"line": [], "status": [Out(CLEAR_LINE)]}.get(cursor, [Out("\n")])
+        if cursor == "line":
+            return []
+        return [Out(CLEAR_LINE if cursor == "status" else "\n")]
 
     def _context(self, frame: ContextUpdate) -> list[Out]:
         self.context = frame
