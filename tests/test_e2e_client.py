@@ -1,0 +1,76 @@
+"""The Python client against the real server: scripted runs, exit codes, reconnect and resume."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+
+from chat_agent.client import ChatClient
+from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
+from tests.support import ROOT, ServerProcess
+
+
+def run_client(server: ServerProcess, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, input=stdin)
+
+
+def test_scripted_message_prints_the_reply(server, fake_anthropic):
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", {"query": "client"})]), Reply("The answer is 42."))
+    result = run_client(server, "--message", "what is it?")
+    assert result.returncode == 0, result.stderr
+    assert "The answer is 42." in result.stdout
+    assert "web_search" in result.stderr  # tool cards go to stderr, the reply to stdout
+
+
+def test_scripted_error_exits_non_zero(server, fake_anthropic):
+    fake_anthropic.enqueue(Fault.status(400, message="messages: nope"))
+    result = run_client(server, "--message", "fail please")
+    assert result.returncode == 1
+    assert "llm_error" in result.stderr
+
+
+def test_unreachable_server_exits_2(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", "ws://127.0.0.1:9/api/chat-agent",
+                             "--message", "hi"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr
+
+
+def test_piped_session_continues_a_conversation(server, fake_anthropic):
+    fake_anthropic.enqueue(Reply("first reply"))
+    first = run_client(server, "--json", "--message", "remember me")
+    assert first.returncode == 0
+    conversation_id = next(line for line in first.stdout.splitlines() if '"conversationId"' in line)
+    conversation_id = conversation_id.split('"conversationId":"')[1].split('"')[0]
+    fake_anthropic.enqueue(Reply("second reply"))
+    result = run_client(server, "--conversation", conversation_id, stdin="and again\n/id\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    assert "second reply" in result.stdout and conversation_id in result.stdout + result.stderr
+    assert len(fake_anthropic.requests[-1].body["messages"]) == 3
+
+
+async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_anthropic, fake_exa):
+    from tests.conftest import server_env
+    server = ServerProcess(tmp_path / "data", server_env(fake_anthropic, fake_exa)).start()
+    try:
+        async with ChatClient(server.ws_url, reconnect=True, reconnect_timeout=30) as client:
+            fake_anthropic.enqueue(Reply("slow " * 80, chunk_size=5, delay=0.03))
+            await client.send_message("go")
+            seen = [await client.receive(timeout=10) for _ in range(5)]
+            server.stop(signal.SIGTERM)
+            server.start()  # same port, same data: the client finds it again
+            frames = seen
+            while frames[-1].type != "done":
+                frames.append(await client.receive(timeout=30))
+            assert client.reconnects >= 1
+            seqs = [f.seq for f in frames]
+            assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+            assert frames[-1].stop_reason == "aborted"  # SIGTERM aborted the turn; the client saw its end
+            fake_anthropic.enqueue(Reply("after the restart"))
+            done = await client.run_turn("hello again", timeout=30)
+            assert done.stop_reason == "end_turn" and done.text == "after the restart"
+    finally:
+        server.stop()
+    await asyncio.sleep(0)
