@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Callable, Sequence
 
-from .store import AppendEvents, Op, Store
+from .store import AppendEvents, ConstraintError, Op, StartTurn, Store
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,17 @@ class StoreWriter:
                     log.exception("commit callback failed")
             self._release(ticket)
 
+    async def _apply_apart(self, ops: list[Op]) -> None:
+        groups: dict[str, list[Op]] = {}
+        for op in ops:
+            key = op.turn.conversation_id if isinstance(op, StartTurn) else op.conversation_id
+            groups.setdefault(key, []).append(op)
+        for conversation_id, group in groups.items():
+            try:
+                await self._store.apply(group)
+            except Exception:
+                log.critical("dropped %d operations of conversation %s", len(group), conversation_id, exc_info=True)
+
     def _release(self, ticket: int) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []
         for wanted, future in self._waiters:
@@ -123,6 +134,9 @@ class StoreWriter:
                 return
             except asyncio.CancelledError:
                 raise
+            except ConstraintError:
+                await self._apply_apart(ops)  # a bug in one conversation's ops: spare the others
+                return
             except Exception:
                 log.exception("store commit failed (attempt %d of %d)", attempt, self._attempts)
                 if attempt < self._attempts:

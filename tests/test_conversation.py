@@ -93,3 +93,19 @@ async def test_summary_replaces_the_old_part_only(store, counter):
     await store[1].flush()
     stored = await store[0].load_history("u", "c", "model")
     assert [item.data for item in stored] == conv.messages
+
+
+async def test_a_bad_operation_spares_other_conversations(store, counter):
+    from chat_agent.store import AppendEvents, CreateConversation, EventRecord
+    st, writer = store
+    writer.submit([CreateConversation("u", "other", 1.0)])
+    await writer.flush()
+    event = EventRecord(conversation_id="c", seq=1, type="pong", turn_id=None, frame="{}")
+    writer.submit([AppendEvents("u", "c", (event,))])
+    await writer.flush()
+    # a repeated seq in "c" (a bug) must not take "other"'s events down with it
+    good = EventRecord(conversation_id="other", seq=1, type="pong", turn_id=None, frame="{}")
+    writer.submit([AppendEvents("u", "c", (event,)), AppendEvents("u", "other", (good,))])
+    await writer.flush()
+    assert [e.seq for e in await st.events_after("u", "other", 0)] == [1]
+    assert [e.seq for e in await st.events_after("u", "c", 0)] == [1]

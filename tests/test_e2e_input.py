@@ -137,3 +137,22 @@ async def test_unknown_conversation_closes_4404(server):
     with pytest.raises(websockets.ConnectionClosed):
         await ws.recv()
     assert ws.close_code == 4404
+
+
+async def test_bad_input_leaves_stored_data_intact(server, fake_anthropic):
+    ws, session = await connect(server)
+    fake_anthropic.enqueue(Reply("kept"))
+    await send(ws, type="message", content="keep this")
+    await until(ws, "done")
+    path = f"/api/conversations/{session['conversationId']}"
+    before = server.get(path)[1]["messages"]
+    junk = ["", "null", '{"type": "message"}', '{"type": "message", "content": ["x"]}', "\udcff".encode(
+        "utf-8", "surrogatepass").decode("latin-1"), '{"type": "edit_artifact"}', "x" * (2 << 20)]
+    for raw in junk:
+        await ws.send(raw)
+        assert (await recv(ws))["type"] == "error"
+    assert server.get(path)[1]["messages"] == before
+    fake_anthropic.enqueue(Reply("still here"))
+    await send(ws, type="message", content="next")
+    assert text_of(await until(ws, "done")) == "still here"
+    await ws.close()
