@@ -16,7 +16,7 @@ from .events import (ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
                      ToolStarted, TurnFailed, TurnFinished)
 from .fold import open_tools
 from .live import LiveConversation
-from .loop import Agent, Turn, run_turn
+from .loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn, run_turn
 from .protocol import (ContentChunk, ContextUpdate, Done, ErrorFrame, ServerFrame, ThinkingChunk,
                        ToolEnd, ToolProgress, ToolStart, Usage, VisibleMessage)
 from .store import FinishTurn, PruneEvents, StartTurn, TurnRecord
@@ -80,6 +80,10 @@ class TurnRunner:
             log.exception("turn %s failed", self.turn_id)
             self.publish(ErrorFrame(code="internal", message="Something went wrong on the server; the turn stopped."))
         finally:
+            if stop in ("aborted", "error"):
+                # The loop keeps the history valid itself; this covers a stop it never saw
+                # (e.g. between steps) and does nothing when the history already ends well.
+                self.live.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)
             self.finish(stop)
 
     def _emit(self, event: Event) -> None:
