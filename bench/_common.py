@@ -77,14 +77,28 @@ class Child:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path and self.log_path.exists() else ""
 
+    def wait_ready(self, url: str, timeout: float = 60.0) -> None:
+        """Waits for `url` to answer 200; stops the child if it never does."""
+        try:
+            wait_http(url, self, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
 
 class FakeAnthropicProcess(Child):
-    """`python -m tests.fakes.anthropic_fake --port 0` in its own process."""
+    """The project's fake Anthropic API (`python -m tests.fakes.anthropic_fake`) in its own
+    process, so it does not share a core with the client."""
 
     def __init__(self) -> None:
-        super().__init__([PY, "-m", "tests.fakes.anthropic_fake", "--port", "0"], capture_stdout=True)
+        argv = [PY, "-m", "tests.fakes.anthropic_fake", "--port", "0"]
+        super().__init__(argv, capture_stdout=True)
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline().decode().strip()
+        try:
+            line = self.proc.stdout.readline().decode().strip()
+        except BaseException:
+            self.stop()
+            raise
         if not line.startswith("http"):
             self.stop()
             raise RuntimeError(f"fake Anthropic did not start: {line!r}")
@@ -122,7 +136,7 @@ class ChatServer(Child):
         self.port = free_port()
         argv = [PY, script] if script.endswith(".py") else [PY, "-m", script]
         super().__init__(argv, env=server_env(fake, data_dir, self.port, **(env or {})), log=data_dir / "server.log")
-        wait_http(f"http://127.0.0.1:{self.port}/health", self)
+        self.wait_ready(f"http://127.0.0.1:{self.port}/health")
 
     @property
     def ws_url(self) -> str:

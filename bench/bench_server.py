@@ -2,13 +2,15 @@
 
 Everything else is the real server: `server.main()` with its uvicorn settings and
 configuration from the environment. Only `tools.build_registry`, which `create_app` looks
-up when the app starts, is wrapped to add the tools.
+up when the app starts, is wrapped to add the tools. BENCH_TOOLS=noop,sleep (names,
+comma-separated) adds only those; by default all of them.
 
     python bench/bench_server.py      # same environment variables as server.py
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,8 +25,10 @@ _build_registry = tools.build_registry
 
 def build_registry(settings):
     registry = _build_registry(settings)
+    wanted = {name for name in os.environ.get("BENCH_TOOLS", "").split(",") if name}
     for tool in BENCH_TOOLS:
-        registry.add(tool)
+        if not wanted or tool.name in wanted:
+            registry.add(tool)
     return registry
 
 

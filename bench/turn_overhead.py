@@ -2,21 +2,24 @@
 
 A turn: the user asks, the model (the fake, instant) answers with a tool_use for `noop`,
 the tool returns at once, the model answers with a short text. Four variants run
-interleaved in one event loop against one fake Anthropic process, each turn on a fresh
-conversation (so every variant sends the same two requests every time):
+interleaved (in a random order each iteration) in one event loop against one fake
+Anthropic process, each turn on a fresh conversation (so every variant sends the same two
+requests every time):
 
 - bare:      the same two model calls made with the SDK (`messages.stream` +
              `get_final_message()`), same messages, system prompt and tool schema;
 - ours:      `chat_agent.loop.run_turn` in-process, with a `ConversationManager` on a real
              `StoreWriter` and SQLite store (as hub.py/runner.py build them), the user
              message added as `TurnRunner.start` does, and the writer flushed at the end;
-- ours/ws:   the real server (bench/bench_server.py: server.py plus the noop tool) in a child
-             process; from sending `message` to receiving `done`;
+- ours/ws:   the real server (bench/bench_server.py: server.py plus the noop tool, and no
+             other tool offered, so its requests equal the others') in a child process;
+             from sending `message` to receiving `done`;
 - langgraph: `langgraph.prebuilt.create_react_agent` with `ChatAnthropic(streaming=True)`
              and the same tool and system prompt, `ainvoke`.
 
 Overhead = median(variant) - median(bare). Target: ours (in-process) / LangGraph ≤ 0.5.
-With --profile (or when ours misses), cProfile of the in-process turns is printed.
+With --profile (or when ours misses), cProfile of ours and of bare turns is printed: the CPU
+per turn of each, and ours' own functions (chat_agent, the store) by cumulative time.
 
     python bench/turn_overhead.py [--iterations 300] [--warmup 30] [--profile]
 """
@@ -26,9 +29,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
 import io
 import json
 import pstats
+import random
 import sys
 import tempfile
 import time
@@ -91,13 +96,14 @@ class Ours:
         s = self.settings
         conv = ConversationManager(OWNER, cid, visible=[], model=[], counter=self.counter, writer=self.writer,
                                    summary_chars=s.summary_chars, max_tokens=s.max_context_tokens)
-        conv.estimate_overhead(self.counter.text(SYSTEM_PROMPT) + self.counter.text(json.dumps(self.tools)))
+        conv.estimate_overhead(lambda: self.counter.text(SYSTEM_PROMPT) + self.counter.text(json.dumps(self.tools)))
         return conv, Turn(owner=OWNER, conversation_id=cid, model=s.model, system=SYSTEM_PROMPT, tools=self.tools)
 
     async def turn(self, conv: ConversationManager, turn: Turn) -> list:
         conv.add_user([{"type": "text", "text": PROMPT}])
         events = [event async for event in run_turn(self.agent, conv, turn)]
-        await self.writer.flush()
+        self.loop_done = time.perf_counter()
+        await self.writer.flush()  # the history is durable: what a real turn waits for before `done`
         return events
 
 
@@ -165,7 +171,8 @@ async def main_async(args: argparse.Namespace) -> bool:
     try:
         await ours.open()
         bare, graph = Bare(fake, ours.tools), LangGraph(fake)
-        server = ChatServer(fake, Path(tmp.name) / "server", script="bench/bench_server.py")
+        server = ChatServer(fake, Path(tmp.name) / "server", script="bench/bench_server.py",
+                            env={"BENCH_TOOLS": "noop"})  # the same tools param as the other variants
         # sanity: every variant really makes the tool call and gets the final answer
         conv, turn = await ours.prepare()
         events = await ours.turn(conv, turn)
@@ -177,38 +184,59 @@ async def main_async(args: argparse.Namespace) -> bool:
         _check("ours/ws", "tool_end" in kinds and kinds[-1] == "done", kinds)
 
         times: dict[str, list[float]] = {"bare": [], "ours": [], "ours/ws": [], "langgraph": []}
-        for i in range(args.warmup + args.iterations):
-            keep = i >= args.warmup
+        flushes: list[float] = []
+
+        async def run_bare() -> float:
             t0 = time.perf_counter()
             await bare.turn()
-            t_bare = time.perf_counter() - t0
+            return time.perf_counter() - t0
+
+        async def run_ours() -> float:
             conv, turn = await ours.prepare()
             t0 = time.perf_counter()
             await ours.turn(conv, turn)
-            t_ours = time.perf_counter() - t0
-            t_ws, _ = await ws_turn(server.ws_url)
+            end = time.perf_counter()
+            flushes.append(end - ours.loop_done)
+            return end - t0
+
+        async def run_ws() -> float:
+            return (await ws_turn(server.ws_url))[0]
+
+        async def run_graph() -> float:
             t0 = time.perf_counter()
             await graph.turn()
-            t_graph = time.perf_counter() - t0
-            if keep:
-                for name, t in (("bare", t_bare), ("ours", t_ours), ("ours/ws", t_ws), ("langgraph", t_graph)):
-                    times[name].append(t)
+            return time.perf_counter() - t0
 
+        variants = {"bare": run_bare, "ours": run_ours, "ours/ws": run_ws, "langgraph": run_graph}
+        order = list(variants)
+        rng = random.Random(1)
+        for i in range(args.warmup + args.iterations):
+            if i == args.warmup:
+                flushes.clear()
+            rng.shuffle(order)  # no variant always runs after LangGraph's garbage
+            if i % 25 == 0:
+                gc.collect()
+            sample = {name: await variants[name]() for name in order}
+            if i >= args.warmup:
+                for name, t in sample.items():
+                    times[name].append(t)
         med = {name: median(v) for name, v in times.items()}
         print(f"turn overhead: one-tool turn, {args.iterations} iterations after {args.warmup} warm-up, "
-              f"interleaved; fake Anthropic in its own process")
+              f"interleaved in random order; fake Anthropic in its own process")
         for name, v in times.items():
             print(f"  {name:9s} median {ms(med[name])}  p10 {ms(pct(v, 10))}  p90 {ms(pct(v, 90))}")
         over = {name: med[name] - med["bare"] for name in ("ours", "ours/ws", "langgraph")}
         print("overhead over the two bare SDK calls (median - median bare):")
         for name, o in over.items():
-            print(f"  {name:9s} {ms(o)}")
+            paired = median([a - b for a, b in zip(times[name], times["bare"])])
+            print(f"  {name:9s} {ms(o)}   (median of paired differences {ms(paired)})")
+        print(f"  of ours: waiting for the store writer's final flush, median {ms(median(flushes))}")
         ratio = over["ours"] / over["langgraph"]
         print(f"  ours/ws vs LangGraph: {over['ours/ws'] / over['langgraph']:.3f} (includes the WebSocket hop, "
               f"the event log in SQLite and the client's frame parsing; LangGraph has no such layer)")
         passed = verdict("per-turn overhead ours(in-process)/LangGraph", ratio, TARGET, higher_is_better=False)
         if args.profile or not passed:
-            await profile(ours, args.profile_turns)
+            await profile(ours, bare, args.profile_turns)
         return passed
     finally:
         if server is not None:
@@ -218,18 +246,29 @@ async def main_async(args: argparse.Namespace) -> bool:
         tmp.cleanup()
 
 
-async def profile(ours: Ours, turns: int) -> None:
-    """cProfile of in-process turns (the bare SDK work is inside too: read it as a whole)."""
-    prof = cProfile.Profile()
-    for _ in range(turns):
-        conv, turn = await ours.prepare()
-        prof.enable()
-        await ours.turn(conv, turn)
-        prof.disable()
+async def profile(ours: Ours, bare: Bare, turns: int) -> None:
+    """cProfile of in-process turns of ours and of bare: CPU per turn, and ours' own parts."""
+    profiles = {}
+    for name in ("ours", "bare"):
+        prof = cProfile.Profile()
+        for _ in range(turns):
+            if name == "ours":
+                conv, turn = await ours.prepare()
+                prof.enable()
+                await ours.turn(conv, turn)
+            else:
+                prof.enable()
+                await bare.turn()
+            prof.disable()
+        profiles[name] = prof
+    cpu = {name: pstats.Stats(p).total_tt / turns for name, p in profiles.items()}
+    print(f"\nprofile of {turns} turns each (cProfile inflates everything): CPU per turn ours {ms(cpu['ours'])}, "
+          f"bare {ms(cpu['bare'])}, difference {ms(cpu['ours'] - cpu['bare'])}")
     out = io.StringIO()
-    stats = pstats.Stats(prof, stream=out)
-    stats.sort_stats("tottime").print_stats(25)
-    print(f"\nprofile of {turns} in-process turns, by own time:\n" + out.getvalue())
+    stats = pstats.Stats(profiles["ours"], stream=out)
+    stats.sort_stats("cumulative").print_stats(r"chat_agent|aiosqlite|sqlite3|tiktoken|tooling", 30)
+    print("ours' own functions by cumulative time (the SDK's streaming sits under llm.py:_stream_once):\n"
+          + out.getvalue().split("\n\n", 1)[-1])
 
 
 def main() -> int:

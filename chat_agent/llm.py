@@ -19,6 +19,7 @@ from .events import TextDelta, ThinkingDelta, TokenUsage
 
 log = logging.getLogger(__name__)
 
+FAIR_SLICE = 0.005  # seconds one stream may run before letting other tasks in
 # Errors the API reports that are worth another try of the same request.
 _RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
 
@@ -159,14 +160,22 @@ class ModelClient:
             await asyncio.sleep(delay)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[TextDelta | ThinkingDelta | ModelReply]:
+        loop = asyncio.get_running_loop()
         try:
             async with self._client.messages.stream(**request.params()) as stream:
+                pause_at = loop.time() + FAIR_SLICE
                 async for event in stream:
                     kind = event.type
                     if kind == "text":
                         yield TextDelta(event.text)
                     elif kind == "thinking":
                         yield ThinkingDelta(event.thinking)
+                    if loop.time() >= pause_at:
+                        # With data already buffered the SDK never awaits anything real, so a
+                        # fast stream would hold the event loop (and every other client,
+                        # and abort) for as long as it lasts.
+                        await asyncio.sleep(0)
+                        pause_at = loop.time() + FAIR_SLICE
                 message = await stream.get_final_message()
         except Exception as exc:  # cancellation is a BaseException and passes through
             raise translate_error(exc) from exc

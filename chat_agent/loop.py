@@ -16,7 +16,7 @@ from typing import Any, AsyncIterator
 
 from .config import Settings
 from .conversation import ConversationManager
-from .events import (ContextChanged, Event, TextDelta, ThinkingDelta, TokenUsage, ToolEnded,
+from .events import (ContextChanged, Event, TextDelta, TokenUsage, ToolEnded,
                      ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from .llm import LLMError, ModelClient, ModelReply, ModelRequest
 from .summary import SYSTEM_PROMPT as SUMMARY_PROMPT

@@ -65,8 +65,11 @@ class Connection:
         self.live = live
         session, ticket = live.snapshot(self.hub.tools())
         self._last_seq = session.seq or 0
+        text = session.to_json()
+        del session  # an idle connection should not keep its snapshot alive
         await self.hub.writer.wait_for(ticket)  # never show state a crash could still take back
-        await self.ws.send_text(session.to_json())
+        await self.ws.send_text(text)
+        del text
         sender = asyncio.create_task(self._send_loop())
         try:
             await self._receive_loop()

@@ -119,7 +119,7 @@ class FakeAnthropic:
     def _prepare(self) -> socket.socket:
         if self._server is not None:
             raise RuntimeError("FakeAnthropic is already running")
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto set: asyncio turns Nagle off only then
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]

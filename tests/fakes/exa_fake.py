@@ -85,7 +85,7 @@ class FakeExa:
         self.delay = 0.0
 
     def __enter__(self) -> FakeExa:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto set: asyncio turns Nagle off only then
         sock.bind(("127.0.0.1", 0))
         self._port = sock.getsockname()[1]
         app = Starlette(routes=[Route("/search", self._search, methods=["POST"])])
