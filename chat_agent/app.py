@@ -10,7 +10,7 @@ from typing import AsyncIterator
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
-from . import http
+from . import http, http_canvas
 from .config import Settings
 from .hub import Hub
 from .llm import ModelClient
@@ -51,5 +51,5 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             await the_store.close()
             await the_model.close()
 
-    routes = [*http.routes, WebSocketRoute("/api/chat-agent", chat_endpoint)]
+    routes = [*http.routes, *http_canvas.routes, WebSocketRoute("/api/chat-agent", chat_endpoint)]
     return Starlette(routes=routes, lifespan=lifespan)

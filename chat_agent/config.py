@@ -66,6 +66,7 @@ class Settings:
     max_context_tokens: int = 200_000
     summary_chars: int = 300_000
     max_steps: int = 12
+    reflection_delay: float = 300.0
     llm_max_retries: int = 2
     llm_timeout: float = 600.0
     exa_api_key: str | None = None
@@ -107,6 +108,7 @@ class Settings:
             max_context_tokens=_int(env, "CHAT_AGENT_MAX_CONTEXT_TOKENS", 200_000),
             summary_chars=_int(env, "CHAT_AGENT_SUMMARY_CHARS", 300_000),
             max_steps=_int(env, "CHAT_AGENT_MAX_STEPS", 12),
+            reflection_delay=_float(env, "CHAT_AGENT_REFLECTION_DELAY", 300.0),
             llm_max_retries=_int(env, "CHAT_AGENT_LLM_MAX_RETRIES", 2),
             llm_timeout=_float(env, "CHAT_AGENT_LLM_TIMEOUT", 600.0),
             exa_api_key=env.get("EXA_API_KEY") or None,

@@ -44,6 +44,7 @@ class ConversationManager:
         self.max_tokens = max_tokens
         self._history_tokens = sum(item.tokens for item in self._items)
         self._chars = sum(item.chars for item in self._items)
+        self.epoch = 0  # bumped whenever the history loses messages (summary, clear)
         # Tokens the request carries besides the history (system prompt, tool schemas) plus
         # the estimator's error; re-measured from the API's own count after every call.
         self._overhead = 0
@@ -172,6 +173,7 @@ class ConversationManager:
         first = HistoryItem(id=_new_id(), data=head, tokens=self._counter.message(head),
                             chars=content_chars(head["content"]))
         self._reset([first, *kept])
+        self.epoch += 1
         return True
 
     def clear(self) -> None:
@@ -180,6 +182,7 @@ class ConversationManager:
         self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "visible", ())])
         self._reset([])
         self._overhead = 0
+        self.epoch += 1
 
     def _reset(self, items: list[HistoryItem]) -> None:
         self._items = items

@@ -38,6 +38,30 @@ class ThinkingDelta:
 
 
 @dataclass(slots=True)
+class ToolInputDelta:
+    """A piece of a tool call's JSON input as the model writes it (from the model client)."""
+
+    tool_id: str
+    name: str
+    piece: str
+
+
+@dataclass(slots=True)
+class ArtifactDelta:
+    """New artifact text the model is writing into a canvas tool's input."""
+
+    tool_id: str
+    text: str
+
+
+@dataclass(slots=True)
+class ArtifactChanged:
+    """The artifact got a new version or another version was selected (state: ArtifactState)."""
+
+    state: Any
+
+
+@dataclass(slots=True)
 class ToolStarted:
     tool_id: str
     name: str
@@ -81,5 +105,5 @@ class TurnFinished:
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
-Event = Union[TextDelta, ThinkingDelta, ToolStarted, ToolProgressed, ToolEnded, ContextChanged,
-              TurnFailed, TurnFinished]
+Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ToolStarted, ToolProgressed, ToolEnded,
+              ContextChanged, TurnFailed, TurnFinished]

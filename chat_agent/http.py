@@ -1,8 +1,8 @@
-"""The HTTP routes of PROTOCOL.md besides the WebSocket."""
+"""The HTTP routes of PROTOCOL.md besides the WebSocket and the canvas (see http_canvas)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,14 +14,22 @@ from .hub import Hub
 from .protocol import json_schema
 from .store import ConversationRecord
 
+Handler = Callable[[Request, Hub, str], Awaitable[Response]]
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
+
+def error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def _owner(request: Request) -> str | None:
-    hub: Hub = request.app.state.hub
-    return authenticate(hub.settings, request.headers, request.query_params)
+def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Resolves the caller (401 otherwise) and hands the handler the hub and the owner."""
+    async def endpoint(request: Request) -> Response:
+        hub: Hub = request.app.state.hub
+        owner = authenticate(hub.settings, request.headers, request.query_params)
+        if owner is None:
+            return error(401, "unauthorized", "A valid token is required.")
+        return await handler(request, hub, owner)
+    return endpoint
 
 
 def _summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
@@ -40,38 +48,30 @@ async def health(request: Request) -> JSONResponse:
     })
 
 
-async def list_conversations(request: Request) -> Response:
-    owner = _owner(request)
-    if owner is None:
-        return _error(401, "unauthorized", "A valid token is required.")
-    hub: Hub = request.app.state.hub
+async def list_conversations(request: Request, hub: Hub, owner: str) -> Response:
     records = await hub.store.list_conversations(owner)
     return JSONResponse({"conversations": [_summary(r, hub.is_running(r.id)) for r in records]})
 
 
-async def get_conversation(request: Request) -> Response:
-    owner = _owner(request)
-    if owner is None:
-        return _error(401, "unauthorized", "A valid token is required.")
-    hub: Hub = request.app.state.hub
+async def get_conversation(request: Request, hub: Hub, owner: str) -> Response:
     conversation_id = request.path_params["id"]
     record = await hub.store.get_conversation(owner, conversation_id)
     if record is None:
-        return _error(404, "not_found", "No such conversation.")
-    messages = await hub.visible_messages(owner, conversation_id)
+        return error(404, "not_found", "No such conversation.")
+    live = hub.live(owner, conversation_id)
     body = _summary(record, hub.is_running(conversation_id))
-    body.update(messages=[m.model_dump(mode="json") for m in messages], artifact=None,
+    if live is not None:
+        body["title"] = live.title
+    artifact = await hub.artifact(owner, conversation_id)
+    body.update(messages=[m.model_dump(mode="json") for m in await hub.visible_messages(owner, conversation_id)],
+                artifact=artifact.model_dump(mode="json") if artifact else None,
                 usage=await hub.store.usage_totals(owner, conversation_id))
     return JSONResponse(body)
 
 
-async def delete_conversation(request: Request) -> Response:
-    owner = _owner(request)
-    if owner is None:
-        return _error(401, "unauthorized", "A valid token is required.")
-    hub: Hub = request.app.state.hub
+async def delete_conversation(request: Request, hub: Hub, owner: str) -> Response:
     if not await hub.delete(owner, request.path_params["id"]):
-        return _error(404, "not_found", "No such conversation.")
+        return error(404, "not_found", "No such conversation.")
     return Response(status_code=204)
 
 
@@ -81,8 +81,8 @@ async def protocol_schema(request: Request) -> JSONResponse:
 
 routes = [
     Route("/health", health, methods=["GET"]),
-    Route("/api/conversations", list_conversations, methods=["GET"]),
-    Route("/api/conversations/{id}", get_conversation, methods=["GET"]),
-    Route("/api/conversations/{id}", delete_conversation, methods=["DELETE"]),
+    Route("/api/conversations", authed(list_conversations), methods=["GET"]),
+    Route("/api/conversations/{id}", authed(get_conversation), methods=["GET"]),
+    Route("/api/conversations/{id}", authed(delete_conversation), methods=["DELETE"]),
     Route("/api/protocol", protocol_schema, methods=["GET"]),
 ]

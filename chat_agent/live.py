@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Protocol, Sequence
 
+from .canvas import Canvas
 from .conversation import ConversationManager
 from .fold import fold
-from .protocol import ContextInfo, SessionFrame, ServerFrame, ToolInfo, VisibleMessage
-from .store import AppendEvents, ConversationRecord, EventRecord, Op
+from .protocol import ArtifactFrame, ContextInfo, SessionFrame, ServerFrame, TitleFrame, ToolInfo, VisibleMessage
+from .store import AppendEvents, ConversationRecord, EventRecord, Op, SetTitle
 from .writer import StoreWriter
 
 
@@ -23,11 +24,14 @@ class Listener(Protocol):
 
 
 class LiveConversation:
-    def __init__(self, record: ConversationRecord, manager: ConversationManager, writer: StoreWriter):
+    def __init__(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas,
+                 writer: StoreWriter):
         self.id = record.id
         self.owner = record.owner
         self.title = record.title
         self.manager = manager
+        self.canvas = canvas
+        canvas.on_change = lambda state: self.publish(ArtifactFrame(artifact=state))
         self.seq = record.last_seq
         self.listeners: set[Listener] = set()
         self.reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
@@ -63,6 +67,10 @@ class LiveConversation:
         for listener in tuple(self.listeners):
             listener.deliver(seq, text)
 
+    def set_title(self, title: str) -> None:
+        self.title = title
+        self.publish(TitleFrame(title=title), ops=[SetTitle(self.owner, self.id, title)])
+
     def messages(self) -> list[VisibleMessage]:
         """The visible history with the running turn's reply as streamed so far."""
         messages = list(self.manager.visible)
@@ -75,7 +83,7 @@ class LiveConversation:
         before sending it (it may show state that is not committed yet)."""
         messages = self.messages()
         frame = SessionFrame(
-            conversation_id=self.id, seq=self.seq, title=self.title, artifact=None, messages=messages,
+            conversation_id=self.id, seq=self.seq, title=self.title, artifact=self.canvas.state(), messages=messages,
             context=ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens),
             tools=tools, running=self.running)
         return frame, self._writer.ticket

@@ -10,12 +10,12 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal
+from typing import Any, AsyncIterator, Literal, Union
 
 import anthropic
 
 from .config import Settings
-from .events import TextDelta, ThinkingDelta, TokenUsage
+from .events import TextDelta, ThinkingDelta, TokenUsage, ToolInputDelta
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,9 @@ class ModelReply:
     content: list[dict[str, Any]]
     stop_reason: str
     usage: TokenUsage
+
+
+StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, "ModelReply"]
 
 
 class LLMError(Exception):
@@ -141,7 +144,7 @@ class ModelClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | ThinkingDelta | ModelReply]:
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
         attempt = 0
         while True:
@@ -159,17 +162,23 @@ class ModelClient:
             log.warning("model stream failed before any output; retry %d in %.2fs", attempt, delay)
             await asyncio.sleep(delay)
 
-    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[TextDelta | ThinkingDelta | ModelReply]:
+    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         loop = asyncio.get_running_loop()
         try:
             async with self._client.messages.stream(**request.params()) as stream:
                 pause_at = loop.time() + FAIR_SLICE
+                tool: tuple[str, str] = ("", "")  # the tool_use block being written: id, name
                 async for event in stream:
                     kind = event.type
                     if kind == "text":
                         yield TextDelta(event.text)
                     elif kind == "thinking":
                         yield ThinkingDelta(event.thinking)
+                    elif kind == "input_json":
+                        if event.partial_json:
+                            yield ToolInputDelta(tool[0], tool[1], event.partial_json)
+                    elif kind == "content_block_start" and event.content_block.type == "tool_use":
+                        tool = (event.content_block.id, event.content_block.name)
                     if loop.time() >= pause_at:
                         # With data already buffered the SDK never awaits anything real, so a
                         # fast stream would hold the event loop (and every other client,
@@ -182,10 +191,16 @@ class ModelClient:
         content = [b for b in map(_block_json, message.content) if b is not None]
         yield ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
 
-    async def complete(self, request: ModelRequest) -> str:
-        """A plain call for background work (summaries); returns the text."""
+    async def call(self, request: ModelRequest) -> ModelReply:
+        """A plain (not streamed) call for background work: summaries, titles, reflection."""
         try:
             message = await self._client.messages.create(**request.params())
         except Exception as exc:
             raise translate_error(exc) from exc
-        return "".join(b.text for b in message.content if b.type == "text").strip()
+        content = [b for b in map(_block_json, message.content) if b is not None]
+        return ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
+
+    async def complete(self, request: ModelRequest) -> str:
+        """A plain call; returns its text."""
+        reply = await self.call(request)
+        return "".join(b["text"] for b in reply.content if b["type"] == "text").strip()

@@ -16,10 +16,13 @@ from typing import Any, AsyncIterator
 
 from .config import Settings
 from .conversation import ConversationManager
-from .events import (ContextChanged, Event, TextDelta, TokenUsage, ToolEnded,
+from .events import (ArtifactDelta, ContextChanged, Event, TextDelta, TokenUsage, ToolEnded, ToolInputDelta,
                      ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from .llm import LLMError, ModelClient, ModelReply, ModelRequest
+from .partial import FieldStream
+from .prompting import cached_tools, with_breakpoint
 from .summary import SYSTEM_PROMPT as SUMMARY_PROMPT
+from .summary import window
 from .tools import ToolRegistry, ToolResult
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,10 @@ class Turn:
     system: str | list[dict[str, Any]]
     tools: list[dict[str, Any]]
     thinking: bool = False
+    tool_choice: dict[str, Any] | None = None  # forced on the first call only (highlights, quick actions)
+    window: int | None = None  # history messages before this turn the model sees (None: all)
+    start: int = 0  # where this turn's messages begin in the history
+    services: dict[str, Any] = field(default_factory=dict)  # what tools get in their context
     usage: TokenUsage = field(default_factory=TokenUsage)
 
 
@@ -93,19 +100,37 @@ async def _summarize(agent: Agent, conv: ConversationManager) -> bool:
         return False
 
 
+def _messages(conv: ConversationManager, turn: Turn) -> list[dict[str, Any]]:
+    if turn.window is None:
+        return conv.messages
+    return window(conv.messages[:turn.start], turn.window) + conv.messages[turn.start:]
+
+
 def _request(agent: Agent, conv: ConversationManager, turn: Turn) -> ModelRequest:
     settings = agent.settings
     budget = settings.thinking_budget if turn.thinking else None
     max_tokens = settings.max_output_tokens + (budget or 0)
-    return ModelRequest(model=turn.model, system=turn.system, messages=conv.messages,
-                        tools=turn.tools, max_tokens=max_tokens, thinking_budget=budget)
+    choice, turn.tool_choice = turn.tool_choice, None
+    return ModelRequest(model=turn.model, system=turn.system, messages=with_breakpoint(_messages(conv, turn)),
+                        tools=cached_tools(turn.tools), max_tokens=max_tokens, thinking_budget=budget,
+                        tool_choice=choice)
 
 
 async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Any]:
     """One streamed call. On error or abort, the text streamed so far is kept, marked."""
     streamed: list[str] = []
+    fields: dict[str, FieldStream | None] = {}  # per tool_use id: the input field shown as it is written
     try:
         async for item in agent.model.stream(_request(agent, conv, turn)):
+            if isinstance(item, ToolInputDelta):
+                if item.tool_id not in fields:
+                    field_name = agent.registry.streamed_field(item.name)
+                    fields[item.tool_id] = FieldStream(field_name) if field_name else None
+                stream = fields[item.tool_id]
+                text = stream.feed(item.piece) if stream is not None else ""
+                if text:
+                    yield ArtifactDelta(item.tool_id, text)
+                continue
             if isinstance(item, TextDelta):
                 streamed.append(item.text)
             yield item
@@ -142,7 +167,8 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
         started = time.monotonic()
         try:
             result = await agent.registry.run(call["id"], call["name"], call["input"], owner=turn.owner,
-                                              conversation_id=turn.conversation_id, on_progress=on_progress)
+                                              conversation_id=turn.conversation_id, on_progress=on_progress,
+                                              services=turn.services)
         except Exception:  # the registry reports tool failures itself; this is a bug in it
             log.exception("tool registry failed on %s", call["name"])
             result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)

@@ -11,13 +11,14 @@ import logging
 import time
 import uuid
 from contextlib import aclosing
+from typing import Callable
 
-from .events import (ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded, ToolProgressed,
-                     ToolStarted, TurnFailed, TurnFinished)
+from .events import (ArtifactDelta, ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
+                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from .fold import open_tools
 from .live import LiveConversation
 from .loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn, run_turn
-from .protocol import (ContentChunk, ContextUpdate, Done, ErrorFrame, ServerFrame, ThinkingChunk,
+from .protocol import (ArtifactChunk, ContentChunk, ContextUpdate, Done, ErrorFrame, ServerFrame, ThinkingChunk,
                        ToolEnd, ToolProgress, ToolStart, Usage, VisibleMessage)
 from .store import FinishTurn, PruneEvents, StartTurn, TurnRecord
 
@@ -40,12 +41,16 @@ class TurnRunner:
         self.turn_id = turn_id or new_id("turn")
         self.message_id = message_id or new_id("msg")
         self._tool_started: dict[str, float] = {}
+        self._artifact_changes = live.canvas.changes
         self.task: asyncio.Task[None] | None = None
+        self.after: Callable[[TurnRunner, str], None] | None = None  # called once the turn has ended
 
     def start(self, user_message: VisibleMessage, model_content: list[dict]) -> None:
         live, now = self.live, time.time()
+        self._artifact_changes = live.canvas.changes
         live.manager.add_visible(user_message)
         live.manager.add_user(model_content)
+        self.turn.start = len(live.manager.messages) - 1
         first_seq = live.seq + 1
         ops = [StartTurn(TurnRecord(id=self.turn_id, conversation_id=live.id, owner=live.owner,
                                     message_id=self.message_id, status="running", started_at=now,
@@ -57,6 +62,10 @@ class TurnRunner:
         live.reply = VisibleMessage(id=self.message_id, role="assistant", created_at=now, status="streaming")
         live.runner = self
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"turn:{live.id}")
+
+    @property
+    def artifact_changed(self) -> bool:
+        return self.live.canvas.changes != self._artifact_changes
 
     async def abort(self) -> None:
         """Cancels the turn and waits until `done` has been published."""
@@ -92,6 +101,8 @@ class TurnRunner:
                 self.publish(ContentChunk(message_id=self.message_id, content=text))
             case ThinkingDelta(text=text):
                 self.publish(ThinkingChunk(message_id=self.message_id, content=text))
+            case ArtifactDelta(tool_id=tool_id, text=text):
+                self.publish(ArtifactChunk(tool_id=tool_id, content=text))
             case ToolStarted(tool_id=tool_id, name=name, input=tool_input):
                 self._tool_started[tool_id] = time.monotonic()
                 self.publish(ToolStart(message_id=self.message_id, tool_id=tool_id, name=name, input=tool_input))
@@ -133,3 +144,8 @@ class TurnRunner:
                                          "cacheWriteTokens": usage.cache_write_tokens}, time.time())])
         live.reply = None
         live.runner = None
+        if self.after is not None:
+            try:
+                self.after(self, stop)
+            except Exception:
+                log.exception("after-turn hook failed")

@@ -34,6 +34,15 @@ def valid_cut(messages: list[dict[str, Any]], k: int) -> bool:
     return first["role"] == "assistant" or not _has_tool_result(first)
 
 
+def window(messages: list[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    """The last `count` messages, trimmed at the front until they start validly (a user
+    message that is no tool_result), for a request that shows only recent history."""
+    recent = messages[-count:] if count > 0 else []
+    while recent and (recent[0]["role"] != "user" or _has_tool_result(recent[0])):
+        recent = recent[1:]
+    return recent
+
+
 def choose_cut(messages: list[dict[str, Any]], keep_chars: int) -> int | None:
     """The latest valid cut that still keeps at least `keep_chars` of recent history verbatim,
     or, if every valid cut keeps less, the earliest one."""

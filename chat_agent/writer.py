@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Callable, Sequence
 
-from .store import AppendEvents, ConstraintError, Op, StartTurn, Store
+from .store import AppendEvents, ConstraintError, Op, Store, op_scope
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +106,12 @@ class StoreWriter:
     async def _apply_apart(self, ops: list[Op]) -> None:
         groups: dict[str, list[Op]] = {}
         for op in ops:
-            key = op.turn.conversation_id if isinstance(op, StartTurn) else op.conversation_id
-            groups.setdefault(key, []).append(op)
-        for conversation_id, group in groups.items():
+            groups.setdefault(op_scope(op), []).append(op)
+        for scope, group in groups.items():
             try:
                 await self._store.apply(group)
             except Exception:
-                log.critical("dropped %d operations of conversation %s", len(group), conversation_id, exc_info=True)
+                log.critical("dropped %d operations of %s", len(group), scope, exc_info=True)
 
     def _release(self, ticket: int) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []

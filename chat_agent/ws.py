@@ -147,8 +147,10 @@ class Connection:
                 await hub.abort(live)
             case ClearContextIn():
                 await hub.clear(live)
-            case SelectArtifactVersionIn() | EditArtifactIn():
-                raise FrameRejected("no_artifact", "This conversation has no artifact.")
+            case SelectArtifactVersionIn(index=index):
+                await hub.select_version(live, index)
+            case EditArtifactIn(content=content, title=title):
+                hub.edit_artifact(live, content, title)
             case ResumeIn(after_seq=after_seq):
                 self._out.append(_Replay(after_seq))
                 self._wake.set()

@@ -12,9 +12,24 @@ from tests.fakes.exa_fake import FakeExa
 from tests.support import ServerProcess
 
 
+SMALL_MODEL = "claude-haiku-test"  # titles, summaries and reflections use it in the tests
+
+
+class ScriptedFake(FakeAnthropic):
+    """The fake as the end-to-end tests use it: what a test queues answers the main model's
+    calls only, so a background title or reflection call never takes a turn's reply."""
+
+    def enqueue(self, *items, when=None) -> None:
+        super().enqueue(*items, when=when or (lambda body: body.get("model") != SMALL_MODEL))
+
+    @property
+    def last_main(self):
+        return next(r for r in reversed(self.requests) if r.body.get("model") != SMALL_MODEL)
+
+
 @pytest.fixture(scope="session")
-def fake_anthropic() -> Iterator[FakeAnthropic]:
-    with FakeAnthropic() as fake:
+def fake_anthropic() -> Iterator[ScriptedFake]:
+    with ScriptedFake() as fake:
         yield fake
 
 
@@ -27,7 +42,7 @@ def fake_exa() -> Iterator[FakeExa]:
 def server_env(fake_anthropic: FakeAnthropic, fake_exa: FakeExa, **extra: str) -> dict[str, str]:
     return {"ANTHROPIC_BASE_URL": fake_anthropic.base_url, "ANTHROPIC_API_KEY": fake_anthropic.api_key,
             "EXA_BASE_URL": fake_exa.base_url, "EXA_API_KEY": fake_exa.api_key,
-            "CHAT_AGENT_LLM_MAX_RETRIES": "1", **extra}
+            "CHAT_AGENT_LLM_MAX_RETRIES": "1", "CHAT_AGENT_SMALL_MODEL": SMALL_MODEL, **extra}
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def test_piped_session_continues_a_conversation(server, fake_anthropic):
     result = run_client(server, "--conversation", conversation_id, stdin="and again\n/id\n/quit\n")
     assert result.returncode == 0, result.stderr
     assert "second reply" in result.stdout and conversation_id in result.stdout + result.stderr
-    assert len(fake_anthropic.requests[-1].body["messages"]) == 3
+    assert len(fake_anthropic.last_main.body["messages"]) == 3
 
 
 async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_anthropic, fake_exa):

@@ -87,7 +87,7 @@ async def test_clear_context(server, fake_anthropic):
     fake_anthropic.enqueue(Reply("fresh"))
     await send(ws, type="message", content="what did I say?")
     await until(ws, "done")
-    sent = fake_anthropic.requests[-1].body["messages"]
+    sent = fake_anthropic.last_main.body["messages"]
     assert len(sent) == 1 and "42" not in json.dumps(sent)
     await ws.close()
 

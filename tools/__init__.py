@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-from types import ModuleType
+from typing import Callable
+
+from langchain_core.tools import BaseTool
 
 from chat_agent.config import Settings
 from chat_agent.tools import ToolRegistry, ToolUnavailable
 
-from . import web_search
+from . import artifacts, reflect, web_search
 
-# Each module has NAME and build(settings) -> BaseTool, raising ToolUnavailable
-# when its service is not configured. A new tool is one line here.
-MODULES: tuple[ModuleType, ...] = (web_search,)
+Builder = Callable[[Settings], BaseTool]
+
+# (name, build): build raises ToolUnavailable when the tool's service is not configured.
+# The order is the order the model sees, kept stable so the prompt prefix stays cacheable.
+BUILDERS: tuple[tuple[str, Builder], ...] = (
+    ("generate_artifact", artifacts.build_generate),
+    ("rewrite_artifact", artifacts.build_rewrite),
+    ("update_artifact", artifacts.build_update),
+    ("web_search", web_search.build),
+    ("reflect", reflect.build),
+)
 
 
 def build_registry(settings: Settings) -> ToolRegistry:
     registry = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)
-    for module in MODULES:
+    for name, build in BUILDERS:
         try:
-            registry.add(module.build(settings))
+            registry.add(build(settings))
         except ToolUnavailable as exc:
-            registry.add_unavailable(module.NAME, str(exc))
+            registry.add_unavailable(name, str(exc))
     return registry

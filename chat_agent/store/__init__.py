@@ -1,4 +1,5 @@
-"""Persistence for conversations, histories, the event log and turns.
+"""Persistence for conversations, histories, the event log, turns, and the canvas:
+artifacts with their versions, memories, custom quick actions.
 
     store = create_store(settings.database_url, settings.data_dir)
     await store.open()
@@ -10,47 +11,72 @@ from __future__ import annotations
 from pathlib import Path
 
 from chat_agent.store.base import (
+    ArtifactRecord,
+    ArtifactSource,
+    ArtifactType,
+    ArtifactVersionRecord,
     ConstraintError,
     ConversationRecord,
     EventRecord,
     History,
     HistoryItem,
+    MemoriesRecord,
+    QuickActionRecord,
     Store,
     StoreError,
     TurnRecord,
     TurnStatus,
 )
 from chat_agent.store.ops import (
+    AddArtifactVersion,
     AppendEvents,
     AppendHistory,
     CreateConversation,
     DeleteConversation,
+    DeleteMemories,
+    DeleteQuickAction,
     FinishTurn,
     Op,
     PruneEvents,
+    PutQuickAction,
     RecordClientMessageId,
     ReplaceHistory,
+    SelectArtifactVersion,
+    SetMemories,
     SetTitle,
     StartTurn,
     UpsertHistoryItem,
+    op_scope,
 )
 from chat_agent.store.sqlite import SqliteStore
 
 __all__ = [
+    "AddArtifactVersion",
     "AppendEvents",
     "AppendHistory",
+    "ArtifactRecord",
+    "ArtifactSource",
+    "ArtifactType",
+    "ArtifactVersionRecord",
     "ConstraintError",
     "ConversationRecord",
     "CreateConversation",
     "DeleteConversation",
+    "DeleteMemories",
+    "DeleteQuickAction",
     "EventRecord",
     "FinishTurn",
     "History",
     "HistoryItem",
+    "MemoriesRecord",
     "Op",
     "PruneEvents",
+    "PutQuickAction",
+    "QuickActionRecord",
     "RecordClientMessageId",
     "ReplaceHistory",
+    "SelectArtifactVersion",
+    "SetMemories",
     "SetTitle",
     "SqliteStore",
     "StartTurn",
@@ -60,6 +86,7 @@ __all__ = [
     "TurnStatus",
     "UpsertHistoryItem",
     "create_store",
+    "op_scope",
 ]
 
 DEFAULT_FILENAME = "chat-agent.db"

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 History = Literal["visible", "model"]
 TurnStatus = Literal["running", "complete", "aborted", "interrupted", "error"]
+ArtifactType = Literal["text", "code"]
+ArtifactSource = Literal["model", "user"]
 
 
 class StoreError(Exception):
@@ -69,6 +71,52 @@ class TurnRecord:
     ended_at: float | None = None
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ArtifactVersionRecord:
+    index: int  # 1-based, in the order the versions were added
+    type: ArtifactType
+    title: str
+    language: str | None  # code only
+    content: str
+    created_at: float
+    source: ArtifactSource  # who wrote it: the model's tool call or the user's canvas edit
+
+
+@dataclass(slots=True)
+class ArtifactRecord:
+    """A conversation's one artifact, with only its current version loaded."""
+
+    id: str
+    conversation_id: str
+    current_index: int
+    version_count: int
+    current: ArtifactVersionRecord
+
+
+@dataclass(slots=True)
+class MemoriesRecord:
+    """A user's reflections; they follow the user across conversations."""
+
+    style_rules: list[str]
+    content: list[str]
+    updated_at: float
+
+
+@dataclass(slots=True)
+class QuickActionRecord:
+    """A user's saved custom quick action."""
+
+    id: str
+    owner: str
+    title: str
+    prompt: str
+    include_reflections: bool
+    include_prefix: bool
+    include_recent_history: bool
+    created_at: float
+    updated_at: float
 
 
 class Store(ABC):
@@ -128,3 +176,25 @@ class Store(ABC):
     @abstractmethod
     async def has_client_message_id(self, owner: str, conversation_id: str, client_id: str) -> bool:
         """Whether `RecordClientMessageId` stored this id for this conversation."""
+
+    @abstractmethod
+    async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
+        """The conversation's artifact with its current version; None if it has none."""
+
+    @abstractmethod
+    async def get_artifact_version(
+        self, owner: str, conversation_id: str, index: int
+    ) -> ArtifactVersionRecord | None:
+        """One version by its 1-based index; None if there is no such version."""
+
+    @abstractmethod
+    async def get_memories(self, owner: str) -> MemoriesRecord | None:
+        """The owner's memories; None if none were ever set (or they were deleted)."""
+
+    @abstractmethod
+    async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
+        """The owner's custom quick actions, oldest first."""
+
+    @abstractmethod
+    async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
+        """None if it does not exist or belongs to someone else."""

@@ -2,7 +2,8 @@
 
 Every op that touches a conversation names its `owner`, and does nothing (no error) when
 that owner has no such conversation: it may have been deleted while a turn was finishing,
-and one late write must not fail a whole group commit.
+and one late write must not fail a whole group commit. Memories and quick actions belong
+to a user, not to a conversation; `op_scope` names what any op belongs to.
 """
 
 from __future__ import annotations
@@ -10,7 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chat_agent.store.base import EventRecord, History, HistoryItem, TurnRecord, TurnStatus
+from chat_agent.store.base import (
+    ArtifactVersionRecord,
+    EventRecord,
+    History,
+    HistoryItem,
+    MemoriesRecord,
+    QuickActionRecord,
+    TurnRecord,
+    TurnStatus,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +137,60 @@ class RecordClientMessageId:
     client_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddArtifactVersion:
+    """Appends a version and makes it current; the first version creates the artifact.
+
+    `version.index` must be exactly the artifact's version count + 1 (1 for a new one),
+    and `artifact_id` must be the artifact's id once it exists: otherwise
+    `ConstraintError`, since the caller's idea of the artifact is wrong.
+    """
+
+    owner: str
+    conversation_id: str
+    artifact_id: str
+    version: ArtifactVersionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class SelectArtifactVersion:
+    """Makes version `index` current. Out of 1..version_count: `ConstraintError`. A
+    conversation without an artifact has nothing to select: a no-op, like a missing one."""
+
+    owner: str
+    conversation_id: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SetMemories:
+    """Replaces the owner's memories as a whole."""
+
+    owner: str
+    memories: MemoriesRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteMemories:
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class PutQuickAction:
+    """Inserts the quick action, or replaces the owner's one with that id, keeping its
+    `created_at` (its place in the list). An id owned by someone else: `ConstraintError`."""
+
+    record: QuickActionRecord
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteQuickAction:
+    """A no-op if the owner has no quick action with that id."""
+
+    owner: str
+    id: str
+
+
 Op = (
     CreateConversation
     | DeleteConversation
@@ -139,4 +203,29 @@ Op = (
     | StartTurn
     | FinishTurn
     | RecordClientMessageId
+    | AddArtifactVersion
+    | SelectArtifactVersion
+    | SetMemories
+    | DeleteMemories
+    | PutQuickAction
+    | DeleteQuickAction
 )
+
+
+def op_scope(op: Op) -> str:
+    """What `op` belongs to: its conversation's id, or the user-level row it writes.
+
+    Ops of different scopes never touch the same rows, so a batch can be split by scope
+    (to spare the others when one scope's ops break a constraint) or reordered across
+    scopes. Conversation ids are generated, so they do not collide with these prefixes.
+    """
+    match op:
+        case StartTurn():
+            return op.turn.conversation_id
+        case SetMemories() | DeleteMemories():
+            return f"memories:{op.owner}"
+        case PutQuickAction():
+            return f"quick-action:{op.record.id}"  # ids are unique across owners
+        case DeleteQuickAction():
+            return f"quick-action:{op.id}"
+    return op.conversation_id

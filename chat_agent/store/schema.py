@@ -1,10 +1,11 @@
 """The SQLite schema as numbered migrations, and the code that brings a database up to date.
 
-Rows other than conversations carry no owner of their own (turns excepted, for
-`get_turn`): they are reachable only through their conversation, and every query joins
-or checks `conversations.owner`. Children reference their conversation with
-`ON DELETE CASCADE`, so deleting a conversation deletes everything it owns; each child
-table's key starts with `conversation_id`, which keeps those cascades indexed.
+Rows of a conversation carry no owner of their own (turns excepted, for `get_turn`):
+they are reachable only through their conversation, and every query joins or checks
+`conversations.owner`. Children reference their conversation with `ON DELETE CASCADE`,
+so deleting a conversation deletes everything it owns; each child table's key starts
+with `conversation_id`, which keeps those cascades indexed. Memories and quick actions
+belong to a user, not a conversation, and carry their `owner` themselves.
 """
 
 from __future__ import annotations
@@ -73,8 +74,81 @@ _V1 = (
     ) WITHOUT ROWID""",
 )
 
+# Canvas: artifacts, their versions, memories, custom quick actions.
+_V2 = (
+    # The artifact row is small and rewritten on every change; each version's content is
+    # written once, in its own row, and a read of the current version touches only it.
+    # version_count = current_index = 0 exists only inside the transaction that adds the
+    # first version (see writes.py).
+    """CREATE TABLE artifacts (
+        conversation_id TEXT PRIMARY KEY REFERENCES conversations (id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        current_index INTEGER NOT NULL,
+        version_count INTEGER NOT NULL,
+        CHECK (current_index BETWEEN 1 AND version_count
+               OR current_index = 0 AND version_count = 0)
+    )""",
+    """CREATE TABLE artifact_versions (
+        conversation_id TEXT NOT NULL
+            REFERENCES artifacts (conversation_id) ON DELETE CASCADE,
+        idx INTEGER NOT NULL,
+        type TEXT NOT NULL CHECK (type IN ('text', 'code')),
+        title TEXT NOT NULL,
+        language TEXT,
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('model', 'user')),
+        PRIMARY KEY (conversation_id, idx)
+    )""",
+    # Versions are numbered 1, 2, 3, ... with no gap: a caller that thinks it is adding
+    # version 4 when the store holds 4 has lost track, and must hear about it.
+    """CREATE TRIGGER artifact_versions_in_order BEFORE INSERT ON artifact_versions
+    WHEN NEW.idx IS NOT
+        (SELECT version_count + 1 FROM artifacts WHERE conversation_id = NEW.conversation_id)
+    BEGIN
+        SELECT RAISE(ABORT, 'artifact version index must be version_count + 1');
+    END""",
+    # As with events, a trigger keeps the counters, so no way of adding a version can
+    # leave them behind; a new version is always the current one.
+    """CREATE TRIGGER artifact_versions_raise_artifact AFTER INSERT ON artifact_versions
+    BEGIN
+        UPDATE artifacts SET version_count = NEW.idx, current_index = NEW.idx
+        WHERE conversation_id = NEW.conversation_id;
+    END""",
+    """CREATE TRIGGER artifacts_keep_id BEFORE UPDATE OF id ON artifacts
+    WHEN NEW.id IS NOT OLD.id
+    BEGIN
+        SELECT RAISE(ABORT, 'a conversation has one artifact: its id cannot change');
+    END""",
+    """CREATE TABLE memories (
+        owner TEXT PRIMARY KEY,
+        style_rules TEXT NOT NULL,
+        content TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE quick_actions (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        include_reflections INTEGER NOT NULL,
+        include_prefix INTEGER NOT NULL,
+        include_recent_history INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    "CREATE INDEX quick_actions_by_owner ON quick_actions (owner, created_at)",
+    # Ids are unique across owners, so a put of someone else's id would take their row
+    # over; refusing any change of owner makes that impossible whatever the statement.
+    """CREATE TRIGGER quick_actions_keep_owner BEFORE UPDATE OF owner ON quick_actions
+    WHEN NEW.owner IS NOT OLD.owner
+    BEGIN
+        SELECT RAISE(ABORT, 'quick action id belongs to another owner');
+    END""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -18,11 +18,15 @@ from typing import Any
 import aiosqlite
 
 from chat_agent.store.base import (
+    ArtifactRecord,
+    ArtifactVersionRecord,
     ConstraintError,
     ConversationRecord,
     EventRecord,
     History,
     HistoryItem,
+    MemoriesRecord,
+    QuickActionRecord,
     Store,
     StoreError,
     TurnRecord,
@@ -58,6 +62,25 @@ _USAGE = (
 _CLIENT_ID = (
     "SELECT 1 FROM client_message_ids m JOIN conversations c ON c.id = m.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND m.client_id = ?"
+)
+
+_VERSION_COLUMNS = "v.idx, v.type, v.title, v.language, v.content, v.created_at, v.source"
+# Joined on current_index: only the current version's content is read.
+_ARTIFACT = (
+    f"SELECT a.id, a.conversation_id, a.current_index, a.version_count, {_VERSION_COLUMNS}"
+    " FROM artifacts a JOIN conversations c ON c.id = a.conversation_id"
+    " JOIN artifact_versions v ON v.conversation_id = a.conversation_id"
+    " AND v.idx = a.current_index WHERE c.id = ? AND c.owner = ?"
+)
+_ARTIFACT_VERSION = (
+    f"SELECT {_VERSION_COLUMNS} FROM artifact_versions v"
+    " JOIN conversations c ON c.id = v.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND v.idx = ?"
+)
+_MEMORIES = "SELECT style_rules, content, updated_at FROM memories WHERE owner = ?"
+_QUICK_ACTION = (
+    "SELECT id, owner, title, prompt, include_reflections, include_prefix,"
+    " include_recent_history, created_at, updated_at FROM quick_actions WHERE owner = ?"
 )
 
 
@@ -153,6 +176,34 @@ class SqliteStore(Store):
     ) -> bool:
         return bool(await self._fetch(_CLIENT_ID, (conversation_id, owner, client_id)))
 
+    async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
+        rows = await self._fetch(_ARTIFACT, (conversation_id, owner))
+        if not rows:
+            return None
+        row = rows[0]
+        return ArtifactRecord(*row[:4], current=ArtifactVersionRecord(*row[4:]))
+
+    async def get_artifact_version(
+        self, owner: str, conversation_id: str, index: int
+    ) -> ArtifactVersionRecord | None:
+        rows = await self._fetch(_ARTIFACT_VERSION, (conversation_id, owner, index))
+        return ArtifactVersionRecord(*rows[0]) if rows else None
+
+    async def get_memories(self, owner: str) -> MemoriesRecord | None:
+        rows = await self._fetch(_MEMORIES, (owner,))
+        if not rows:
+            return None
+        style_rules, content, updated_at = rows[0]
+        return MemoriesRecord(json.loads(style_rules), json.loads(content), updated_at)
+
+    async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
+        rows = await self._fetch(f"{_QUICK_ACTION} ORDER BY created_at, id", (owner,))
+        return [_quick_action(row) for row in rows]
+
+    async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
+        rows = await self._fetch(f"{_QUICK_ACTION} AND id = ?", (owner, id))
+        return _quick_action(rows[0]) if rows else None
+
     async def _check_wal(self, db: aiosqlite.Connection) -> None:
         # SQLite silently keeps its old journal mode where WAL is impossible (some network
         # file systems); the durability promise depends on WAL, so say so instead.
@@ -174,3 +225,11 @@ class SqliteStore(Store):
 def _turn(row: Sequence[Any]) -> TurnRecord:
     *head, usage = row
     return TurnRecord(*head, usage=None if usage is None else json.loads(usage))
+
+
+def _quick_action(row: Sequence[Any]) -> QuickActionRecord:
+    id, owner, title, prompt, reflections, prefix, history, created_at, updated_at = row
+    return QuickActionRecord(
+        id, owner, title, prompt, bool(reflections), bool(prefix), bool(history),
+        created_at, updated_at,
+    )

@@ -15,18 +15,25 @@ from typing import Any
 
 from chat_agent.store.base import HistoryItem
 from chat_agent.store.ops import (
+    AddArtifactVersion,
     AppendEvents,
     AppendHistory,
     CreateConversation,
     DeleteConversation,
+    DeleteMemories,
+    DeleteQuickAction,
     FinishTurn,
     Op,
     PruneEvents,
+    PutQuickAction,
     RecordClientMessageId,
     ReplaceHistory,
+    SelectArtifactVersion,
+    SetMemories,
     SetTitle,
     StartTurn,
     UpsertHistoryItem,
+    op_scope,
 )
 
 Row = tuple[Any, ...]
@@ -80,11 +87,50 @@ RECORD_CLIENT_ID = (
     " WHERE " + _OWNED.format(n=3) + " ON CONFLICT DO NOTHING"
 )
 
+# The artifact row first (created empty, or its id checked), then the version, whose
+# triggers check the index and move the counters (see schema.py). Comparing ids in the
+# conflict branch leaves the row unwritten unless they differ, and then a trigger fails.
+ENSURE_ARTIFACT = (
+    "INSERT INTO artifacts (conversation_id, id, current_index, version_count)"
+    " SELECT ?1, ?2, 0, 0 WHERE " + _OWNED.format(n=3)
+    + " ON CONFLICT (conversation_id) DO UPDATE SET id = excluded.id"
+    " WHERE excluded.id IS NOT artifacts.id"
+)
+INSERT_VERSION = (
+    "INSERT INTO artifact_versions"
+    " (conversation_id, idx, type, title, language, content, created_at, source)"
+    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE " + _OWNED.format(n=9)
+)
+# A CHECK on artifacts refuses an index outside 1..version_count.
+SELECT_VERSION = (
+    "UPDATE artifacts SET current_index = ?2 WHERE conversation_id = ?1 AND "
+    + _OWNED.format(n=3)
+)
+SET_MEMORIES = (
+    "INSERT INTO memories (owner, style_rules, content, updated_at) VALUES (?1, ?2, ?3, ?4)"
+    " ON CONFLICT (owner) DO UPDATE SET style_rules = excluded.style_rules,"
+    " content = excluded.content, updated_at = excluded.updated_at"
+)
+DELETE_MEMORIES = "DELETE FROM memories WHERE owner = ?1"
+# Setting owner lets a trigger refuse another owner's id (see schema.py); created_at is
+# left alone so an edited quick action keeps its place in the list.
+PUT_QUICK_ACTION = (
+    "INSERT INTO quick_actions (id, owner, title, prompt, include_reflections,"
+    " include_prefix, include_recent_history, created_at, updated_at)"
+    " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    " ON CONFLICT (id) DO UPDATE SET owner = excluded.owner, title = excluded.title,"
+    " prompt = excluded.prompt, include_reflections = excluded.include_reflections,"
+    " include_prefix = excluded.include_prefix,"
+    " include_recent_history = excluded.include_recent_history,"
+    " updated_at = excluded.updated_at"
+)
+DELETE_QUICK_ACTION = "DELETE FROM quick_actions WHERE id = ?1 AND owner = ?2"
+
 
 # What each statement touches, for `plan`. Events' trigger and SetTitle both update the
 # conversation row, but different columns, so they commute.
 _WHOLE = "*"  # creating or deleting a conversation orders against all of its rows
-_TABLES = ("title", "events", "history", "turns", "client_ids")
+_TABLES = ("title", "events", "history", "turns", "client_ids", "artifact")
 _TABLE = {
     CREATE_CONVERSATION: _WHOLE,
     DELETE_CONVERSATION: _WHOLE,
@@ -97,6 +143,14 @@ _TABLE = {
     START_TURN: "turns",
     FINISH_TURN: "turns",
     RECORD_CLIENT_ID: "client_ids",
+    ENSURE_ARTIFACT: "artifact",
+    INSERT_VERSION: "artifact",
+    SELECT_VERSION: "artifact",
+    # Scoped by owner or by quick action id, never by a conversation (see `op_scope`).
+    SET_MEMORIES: "memories",
+    DELETE_MEMORIES: "memories",
+    PUT_QUICK_ACTION: "quick_action",
+    DELETE_QUICK_ACTION: "quick_action",
 }
 
 
@@ -107,22 +161,23 @@ def dumps(value: Any) -> str:
 def plan(ops: Iterable[Op]) -> list[Step]:
     """The statements for `ops` as few `executemany` steps as their order allows.
 
-    Statements commute unless they touch the same table of the same conversation, or one
-    of them creates or deletes that conversation; only those pairs must keep their order.
+    Statements commute unless they touch the same table of the same scope (a
+    conversation, an owner's memories, a quick action), or one of them creates or deletes
+    that conversation; only those pairs must keep their order.
     So a statement joins the earliest step running the same SQL that is not before any
     step it must follow. 50 conversations' AppendEvents and history upserts, interleaved
     in any way, become a handful of steps.
     """
     steps: list[Step] = []
-    after: dict[tuple[str, str], int] = {}  # (conversation id, table) -> its latest step
+    after: dict[tuple[str, str], int] = {}  # (scope, table) -> its latest step
     for op in ops:
         op_steps = statements(op)
-        cid = op.turn.conversation_id if isinstance(op, StartTurn) else op.conversation_id
+        scope = op_scope(op)
         for sql, rows in op_steps:
             if not rows:
                 continue
             table = _TABLE[sql]
-            keys = [(cid, t) for t in (_TABLES if table == _WHOLE else (table,))]
+            keys = [(scope, t) for t in (_TABLES if table == _WHOLE else (table,))]
             start = max(after.get(key, 0) for key in keys)
             index = next((i for i in range(start, len(steps)) if steps[i][0] == sql), None)
             if index is None:
@@ -163,6 +218,20 @@ def statements(op: Op) -> list[Step]:
             return [(FINISH_TURN, [(*row, usage, op.ended_at)])]
         case RecordClientMessageId():
             return [(RECORD_CLIENT_ID, [(op.conversation_id, op.client_id, op.owner)])]
+        case AddArtifactVersion():
+            return _add_version(op)
+        case SelectArtifactVersion():
+            return [(SELECT_VERSION, [(op.conversation_id, op.index, op.owner)])]
+        case SetMemories():
+            m = op.memories
+            row = (op.owner, dumps(list(m.style_rules)), dumps(list(m.content)), m.updated_at)
+            return [(SET_MEMORIES, [row])]
+        case DeleteMemories():
+            return [(DELETE_MEMORIES, [(op.owner,)])]
+        case PutQuickAction():
+            return [(PUT_QUICK_ACTION, [_quick_action_row(op)])]
+        case DeleteQuickAction():
+            return [(DELETE_QUICK_ACTION, [(op.id, op.owner)])]
     raise TypeError(f"not a store operation: {op!r}")
 
 
@@ -183,4 +252,18 @@ def _turn_row(op: StartTurn) -> Row:
     return (
         t.conversation_id, t.id, t.owner, t.message_id, t.status, t.started_at,
         t.first_seq, t.ended_at, t.stop_reason, usage,
+    )
+
+
+def _add_version(op: AddArtifactVersion) -> list[Step]:
+    cid, owner, v = op.conversation_id, op.owner, op.version
+    row = (cid, v.index, v.type, v.title, v.language, v.content, v.created_at, v.source, owner)
+    return [(ENSURE_ARTIFACT, [(cid, op.artifact_id, owner)]), (INSERT_VERSION, [row])]
+
+
+def _quick_action_row(op: PutQuickAction) -> Row:
+    q = op.record
+    return (
+        q.id, q.owner, q.title, q.prompt, bool(q.include_reflections), bool(q.include_prefix),
+        bool(q.include_recent_history), q.created_at, q.updated_at,
     )

@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
@@ -70,6 +70,13 @@ class ToolRegistry:
             for name in self._order
         ]
 
+    def streamed_field(self, name: str) -> str | None:
+        """The input field whose text streams to the client while the model writes it
+        (a tool declares it as `metadata={"streams": field}`)."""
+        adapter = self._tools.get(name)
+        field = (adapter.tool.metadata or {}).get("streams") if adapter is not None else None
+        return field if isinstance(field, str) else None
+
     def enabled(self) -> list[str]:
         return [name for name in self._order if name in self._tools]
 
@@ -87,6 +94,7 @@ class ToolRegistry:
         conversation_id: str,
         owner: str,
         on_progress: Callable[[str, float, str], None],
+        services: Mapping[str, Any] | None = None,
     ) -> ToolResult:
         """Run one tool call. `on_progress(tool_id, elapsed_seconds, status)` gets the
         tool's own reports plus a heartbeat after `heartbeat` seconds of silence."""
@@ -96,7 +104,7 @@ class ToolRegistry:
         if not isinstance(tool_input, dict):
             return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}")
         pulse = Pulse(tool_id, on_progress, self._heartbeat, asyncio.get_running_loop())
-        ctx = ToolContext(conversation_id, owner, tool_id, pulse.report)
+        ctx = ToolContext(conversation_id, owner, tool_id, pulse.report, **(services or {}))
         try:
             return await self._call(adapter, tool_input, ctx)
         finally:

@@ -22,6 +22,10 @@ class ToolContext:
     owner: str
     tool_id: str
     _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
+    # What the turn lends its tools; None where a caller has none to give.
+    canvas: Any = None  # chat_agent.canvas.Canvas: the conversation's artifact
+    memory: Any = None  # chat_agent.memory.UserMemory: the user's reflections
+    highlight: Any = None  # chat_agent.protocol.Highlight the user selected, for a span edit
 
     def progress(self, status: str) -> None:
         """Tell the user what the tool is doing now (a short phrase): a `tool_progress` frame.

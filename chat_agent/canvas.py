@@ -1,0 +1,82 @@
+"""The conversation's artifact: one per conversation, a list of versions, one of them current.
+
+The current version lives in memory (tools read it on every turn); every change is a new
+version written through the store writer and announced with an `artifact` frame. Older
+versions are read from the store when asked for.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, Literal
+
+from .protocol import ArtifactState, ArtifactVersion
+from .store import AddArtifactVersion, ArtifactRecord, ArtifactVersionRecord, SelectArtifactVersion
+from .writer import StoreWriter
+
+ArtifactKind = Literal["text", "code"]
+
+
+def version_model(record: ArtifactVersionRecord) -> ArtifactVersion:
+    return ArtifactVersion(index=record.index, type=record.type, title=record.title,
+                           language=record.language if record.type == "code" else None, content=record.content)
+
+
+class Canvas:
+    def __init__(self, owner: str, conversation_id: str, record: ArtifactRecord | None, writer: StoreWriter):
+        self.owner = owner
+        self.conversation_id = conversation_id
+        self._record = record
+        self._writer = writer
+        self.on_change: Callable[[ArtifactState], None] = lambda state: None
+        # The version the model last saw whole (it wrote it, or was shown it); a turn
+        # shows the current version only when this differs, so the history stays cacheable.
+        self.shown_index = 0
+        self.shown_epoch = 0  # the history's epoch when it was shown (a summary may drop it)
+        self.changes = 0  # versions added since the process opened the conversation
+
+    @property
+    def current(self) -> ArtifactVersionRecord | None:
+        return self._record.current if self._record else None
+
+    @property
+    def version_count(self) -> int:
+        return self._record.version_count if self._record else 0
+
+    def state(self) -> ArtifactState | None:
+        record = self._record
+        if record is None:
+            return None
+        return ArtifactState(id=record.id, current_index=record.current_index,
+                             version_count=record.version_count, current=version_model(record.current))
+
+    def add_version(self, *, type: ArtifactKind, title: str, language: str | None, content: str,
+                    source: Literal["model", "user"]) -> ArtifactState:
+        """Appends a version (after the last one, whichever is selected) and makes it current."""
+        record = self._record
+        index = record.version_count + 1 if record else 1
+        version = ArtifactVersionRecord(index=index, type=type, title=title.strip() or "Untitled",
+                                        language=language if type == "code" else None, content=content,
+                                        created_at=time.time(), source=source)
+        artifact_id = record.id if record else f"art_{uuid.uuid4().hex[:16]}"
+        self._record = ArtifactRecord(id=artifact_id, conversation_id=self.conversation_id, current_index=index,
+                                      version_count=index, current=version)
+        self.changes += 1
+        self._writer.submit([AddArtifactVersion(self.owner, self.conversation_id, artifact_id, version)])
+        return self._announce()
+
+    def select(self, index: int, version: ArtifactVersionRecord) -> ArtifactState:
+        """Makes an older (or newer) version current; `version` is that version as stored."""
+        assert self._record is not None and version.index == index
+        self._record = ArtifactRecord(id=self._record.id, conversation_id=self.conversation_id,
+                                      current_index=index, version_count=self._record.version_count,
+                                      current=version)
+        self._writer.submit([SelectArtifactVersion(self.owner, self.conversation_id, index)])
+        return self._announce()
+
+    def _announce(self) -> ArtifactState:
+        state = self.state()
+        assert state is not None
+        self.on_change(state)
+        return state
