@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -60,8 +61,9 @@ async def export(request: Request, hub: Hub, owner: str) -> Response:
         return error(404, "not_found", "No such conversation or artifact.")
     current = state.current
     try:
-        exported = export_artifact(title=current.title, type=current.type, language=current.language,
-                                   content=current.content, format=fmt)
+        # a long document takes seconds to render: not on the event loop every client shares
+        exported = await asyncio.to_thread(export_artifact, title=current.title, type=current.type,
+                                           language=current.language, content=current.content, format=fmt)
     except ExportError as exc:
         return error(400, "invalid_frame", str(exc))
     disposition = f"attachment; filename*=UTF-8''{quote(exported.filename)}"

@@ -26,6 +26,11 @@ class ScriptedFake(FakeAnthropic):
     def last_main(self):
         return next(r for r in reversed(self.requests) if r.body.get("model") != SMALL_MODEL)
 
+    @property
+    def main_bodies(self) -> list[dict]:
+        """The bodies of the main model's calls, oldest first."""
+        return [r.body for r in self.requests if r.body.get("model") != SMALL_MODEL]
+
 
 @pytest.fixture(scope="session")
 def fake_anthropic() -> Iterator[ScriptedFake]:
