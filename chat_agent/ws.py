@@ -22,7 +22,7 @@ from .turns import FrameRejected
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED, CLOSE_NOT_FOUND, CLOSE_TRY_AGAIN = 4401, 4404, 1013
-MAX_BACKLOG = 20_000  # frames queued for a client that does not read; past that it must resume
+MAX_BACKLOG = 64 << 20  # characters queued for a client that does not read; past that it must resume
 LOCAL_CODES = {"invalid_frame", "unknown_type", "empty_message", "too_large"}  # answers to malformed frames
 
 
@@ -43,14 +43,16 @@ class Connection:
         self._out: deque[tuple[int | None, str] | _Replay] = deque()
         self._wake = asyncio.Event()
         self._last_seq = 0
+        self._backlog = 0  # characters queued and not yet sent
         self._closing: tuple[int, str | None] | None = None
 
     # ---- Listener ---------------------------------------------------------------------------
 
     def deliver(self, seq: int, text: str) -> None:
-        if len(self._out) >= MAX_BACKLOG:
+        if self._backlog > MAX_BACKLOG:
             self.close(CLOSE_TRY_AGAIN)
             return
+        self._backlog += len(text)
         self._out.append((seq, text))
         self._wake.set()
 
@@ -89,6 +91,7 @@ class Connection:
                         continue
                     seq, text = item
                     if seq is not None:
+                        self._backlog -= len(text)
                         if seq <= self._last_seq:
                             continue  # already in the snapshot or a replay
                         self._last_seq = seq

@@ -1,0 +1,133 @@
+"""Prompt caching over a 20-turn canvas session, and what a span edit sends.
+
+The real server (`python server.py`, a subprocess) is driven over its WebSocket through a
+canvas session scripted on the fake Anthropic API (in this process, so the replies can be
+scripted): an artifact is generated, then chat turns, rewrites, targeted updates,
+highlight edits and quick actions alternate. For every turn, `done.usage` says how the
+input split: `cacheReadTokens` + `cacheWriteTokens` sit before the last `cache_control`
+breakpoint, `inputTokens` after it (as the real API reports them).
+Goal 1: from turn 3 on, >= 80% of each turn's input tokens fall in the cached prefix.
+
+Then a highlight edit on artifacts of 10k, 100k and 400k characters: the tokens (tiktoken)
+of the user message the model gets for the span edit. Goal 2: <= 2,000 whatever the size.
+
+    python bench/canvas_cache.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from chat_agent.tokens import TokenCounter  # noqa: E402
+from tests.fakes.anthropic_fake import FakeAnthropic, Reply, Text, ToolUse  # noqa: E402
+from tests.support import ServerProcess, connect, send, until  # noqa: E402
+
+SMALL = "claude-haiku-bench"
+PARAGRAPH = "The canvas keeps the document beside the chat, and every edit becomes a version. "
+
+
+def document(chars: int) -> str:
+    lines, size, n = [], 0, 0
+    while size < chars:
+        line = f"## Section {n}\n\n{PARAGRAPH * 4}\n\n"
+        lines.append(line)
+        size += len(line)
+        n += 1
+    return "".join(lines)[:chars]
+
+
+def main_only(body: dict) -> bool:
+    return body.get("model") != SMALL
+
+
+def session_script(doc: str) -> list[tuple[list, dict]]:
+    """(replies, message) per turn: 20 turns of a plausible canvas session."""
+    tool = lambda name, args: [Reply([ToolUse(name, args)]), Reply("Done.")]  # noqa: E731
+    turns = [(tool("generate_artifact", {"title": "Guide", "type": "text", "content": doc}),
+              {"content": "Write a guide to the canvas."})]
+    for i in range(19):
+        kind = i % 5
+        if kind == 0:
+            turns.append(([Reply(f"Here is a thought about section {i}. " * 5)], {"content": f"What about section {i}?"}))
+        elif kind == 1:
+            turns.append((tool("update_artifact", {"target": f"## Section {i}\n", "replacement": f"## Part {i}\n"}),
+                          {"content": f"Rename section {i}."}))
+        elif kind == 2:
+            start = doc.index(PARAGRAPH)
+            turns.append((tool("update_artifact", {"replacement": "The canvas"}),
+                          {"content": "Shorter.", "canvas": {"highlight": {"start": start, "end": start + 10}}}))
+        elif kind == 3:
+            turns.append(([Reply([Text("Sure.")])], {"content": f"Any tips for part {i}?"}))
+        else:
+            turns.append(([Reply(f"Section {i} reads well. " * 3)], {"content": "Does it read well?"}))
+    return turns
+
+
+async def run_session(server: ServerProcess, fake: FakeAnthropic, doc: str) -> list[dict]:
+    ws, _ = await connect(server)
+    usages = []
+    for replies, message in session_script(doc):
+        fake.enqueue(*replies, when=main_only)
+        await send(ws, type="message", **message)
+        frames = await until(ws, "done", timeout=60)
+        usages.append(frames[-1]["usage"])
+    await ws.close()
+    return usages
+
+
+async def span_edit_tokens(server: ServerProcess, fake: FakeAnthropic, counter: TokenCounter, chars: int) -> int:
+    ws, _ = await connect(server)
+    doc = document(chars)
+    fake.enqueue(Reply([ToolUse("generate_artifact", {"title": "Big", "type": "text", "content": doc})]),
+                 Reply("ok"), when=main_only)
+    await send(ws, type="message", content="write it")
+    await until(ws, "done", timeout=60)
+    start = doc.index(PARAGRAPH, chars // 2)
+    fake.enqueue(Reply([ToolUse("update_artifact", {"replacement": "A canvas"})]), Reply("ok"), when=main_only)
+    await send(ws, type="message", content="shorter", canvas={"highlight": {"start": start, "end": start + 10}})
+    await until(ws, "done", timeout=60)
+    edit = [r.body for r in fake.requests if main_only(r.body) and r.body.get("tool_choice")][-1]
+    await ws.close()
+    return counter.text(json.dumps(edit["messages"][-1], ensure_ascii=False))
+
+
+async def main() -> int:
+    counter = TokenCounter()
+    with FakeAnthropic() as fake, tempfile.TemporaryDirectory() as tmp:
+        env = {"ANTHROPIC_BASE_URL": fake.base_url, "ANTHROPIC_API_KEY": fake.api_key,
+               "CHAT_AGENT_SMALL_MODEL": SMALL, "CHAT_AGENT_LOG_LEVEL": "WARNING"}
+        server = ServerProcess(Path(tmp) / "data", env).start()
+        try:
+            usages = await run_session(server, fake, document(12_000))
+            sizes = {chars: await span_edit_tokens(server, fake, counter, chars) for chars in (10_000, 100_000, 400_000)}
+        finally:
+            server.stop()
+    print("turn  input  cacheWrite  cacheRead  cached%")
+    shares = []
+    for n, u in enumerate(usages, 1):
+        total = u["inputTokens"] + u["cacheWriteTokens"] + u["cacheReadTokens"]
+        share = (u["cacheWriteTokens"] + u["cacheReadTokens"]) / total if total else 0.0
+        read = u["cacheReadTokens"] / total if total else 0.0
+        if n >= 3:
+            shares.append(share)
+        print(f"{n:4}  {u['inputTokens']:5}  {u['cacheWriteTokens']:10}  {u['cacheReadTokens']:9}  "
+              f"{share:6.1%} (read {read:.0%})")
+    worst = min(shares)
+    print(f"\nfrom turn 3: worst cached share {worst:.1%} (goal >= 80%): {'PASS' if worst >= 0.8 else 'FAIL'}")
+    for chars, tokens in sizes.items():
+        print(f"span edit on a {chars:,}-character artifact: {tokens:,} tokens of artifact context")
+    biggest = max(sizes.values())
+    print(f"span edit context: at most {biggest:,} tokens (goal <= 2,000): ratio {biggest / 2000:.2f} "
+          f"{'PASS' if biggest <= 2000 else 'FAIL'}")
+    return 0 if worst >= 0.8 and biggest <= 2000 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
