@@ -270,3 +270,38 @@ async def test_background_reflection_is_debounced_and_cancelled_by_delete(make_s
     assert len([r for r in fake_anthropic.requests if is_reflection(r.body)]) == before
     fake_anthropic.clear()
     await ws.close()
+
+
+def test_memories_and_quick_actions_belong_to_their_user(make_server):
+    server = make_server(CHAT_AGENT_API_KEYS="alice:tok-a,bob:tok-b")
+
+    def call(method: str, path: str, token: str | None, body: object | None = None) -> tuple[int, object]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(server.http_url + path, data=data, method=method)
+        if token:
+            req.add_header("Authorization", f"Bearer {token}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, json.loads(raw) if raw else None
+
+    assert call("GET", "/api/memories", None)[0] == 401
+    assert call("PUT", "/api/memories", "tok-a", {"styleRules": ["Terse"], "content": []})[0] == 200
+    assert call("GET", "/api/memories", "tok-b")[1] == {"styleRules": [], "content": []}
+    assert call("PUT", "/api/memories", "tok-a", {"styleRules": "not a list"})[0] == 400
+    assert call("PUT", "/api/memories", "tok-a", {"styleRules": ["x" * 5000]})[0] == 400
+    status, action = call("POST", "/api/quick-actions", "tok-a", {"title": "Tweet", "prompt": "Make it a tweet."})
+    assert status == 201 and action["includeRecentHistory"] is True  # the flags default to true
+    assert call("GET", "/api/quick-actions", "tok-b")[1] == {"quickActions": []}
+    assert call("PUT", f"/api/quick-actions/{action['id']}", "tok-b", {"title": "Mine"})[0] == 404
+    assert call("DELETE", f"/api/quick-actions/{action['id']}", "tok-b")[0] == 404
+    assert call("POST", "/api/quick-actions", "tok-a", {"title": "", "prompt": "x"})[0] == 400
+    assert call("POST", "/api/quick-actions", "tok-a", {"title": "T", "prompt": "x", "includePrefix": "no"})[0] == 400
+    assert [a["title"] for a in call("GET", "/api/quick-actions", "tok-a")[1]["quickActions"]] == ["Tweet"]
+    assert call("DELETE", f"/api/quick-actions/{action['id']}", "tok-a")[0] == 204
+    assert call("GET", "/api/quick-actions", "tok-a")[1] == {"quickActions": []}
+    assert call("DELETE", "/api/memories", "tok-a")[0] == 204
+    assert call("GET", "/api/memories", "tok-a")[1] == {"styleRules": [], "content": []}
