@@ -55,13 +55,6 @@ class ArtifactDelta:
 
 
 @dataclass(slots=True)
-class ArtifactChanged:
-    """The artifact got a new version or another version was selected (state: ArtifactState)."""
-
-    state: Any
-
-
-@dataclass(slots=True)
 class ToolStarted:
     tool_id: str
     name: str

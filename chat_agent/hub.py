@@ -17,7 +17,7 @@ from .config import Settings
 from .conversation import ConversationManager
 from .live import Listener, LiveConversation
 from .loop import Agent
-from .memory import MemoryBook, render_memories
+from .memory import MemoryBook
 from .protocol import ArtifactState, ContextCleared, ContextUpdate, ErrorFrame, MessageIn, ToolInfo, VisibleMessage
 from .store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation,
                     RecordClientMessageId, Store)
@@ -37,7 +37,6 @@ class Hub:
         self.counter = counter
         self.memories = MemoryBook(store, writer)
         self.background = Background()
-        self.render_memories = render_memories
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
 

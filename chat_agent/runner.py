@@ -47,7 +47,6 @@ class TurnRunner:
 
     def start(self, user_message: VisibleMessage, model_content: list[dict]) -> None:
         live, now = self.live, time.time()
-        self._artifact_changes = live.canvas.changes
         live.manager.add_visible(user_message)
         live.manager.add_user(model_content)
         self.turn.start = len(live.manager.messages) - 1

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .loop import Turn
+from .memory import render_memories
 from .prompting import artifact_block, highlight_block, system_blocks
 from .prompts import SYSTEM_PROMPT
 from .protocol import DocumentAttachment, ErrorCode, Highlight, MessageIn, QuickAction, VisibleMessage
@@ -158,7 +159,7 @@ async def prepare_turn(hub: "Hub", live: "LiveConversation",
     memories = await hub.memories.load(live.owner)
     tools = hub.agent.registry.schemas(tool_names(hub, message))
     system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
-                           memories=hub.render_memories(memories) if plan.reflections else None)
+                           memories=render_memories(memories) if plan.reflections else None)
     live.manager.estimate_overhead(lambda: hub.counter.text(json.dumps(system)) + hub.counter.text(json.dumps(tools)))
     turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
                 thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once

@@ -22,20 +22,40 @@ class ScriptedFake(FakeAnthropic):
     def enqueue(self, *items, when=None) -> None:
         super().enqueue(*items, when=when or (lambda body: body.get("model") != SMALL_MODEL))
 
+    def _main(self) -> list:
+        # A request is logged as it arrives and its body filled in once read: one still
+        # being read (a background call, say) is nobody's yet.
+        return [r for r in self.requests if r.body.get("model") not in (None, SMALL_MODEL)]
+
     @property
     def last_main(self):
-        return next(r for r in reversed(self.requests) if r.body.get("model") != SMALL_MODEL)
+        return self._main()[-1]
 
     @property
     def main_bodies(self) -> list[dict]:
         """The bodies of the main model's calls, oldest first."""
-        return [r.body for r in self.requests if r.body.get("model") != SMALL_MODEL]
+        return [r.body for r in self._main()]
 
 
 @pytest.fixture(scope="session")
 def fake_anthropic() -> Iterator[ScriptedFake]:
     with ScriptedFake() as fake:
         yield fake
+
+
+@pytest.fixture
+async def db(tmp_path: Path):
+    """A real SQLite store in a temp dir with its group-commit writer running."""
+    from chat_agent.store import SqliteStore
+    from chat_agent.writer import StoreWriter
+
+    store = SqliteStore(tmp_path / "db.sqlite")
+    await store.open()
+    writer = StoreWriter(store)
+    writer.start()
+    yield store, writer
+    await writer.close()
+    await store.close()
 
 
 @pytest.fixture(scope="session")

@@ -72,8 +72,10 @@ class ServerProcess:
     def get(self, path: str, token: str | None = None) -> tuple[int, Any]:
         return self.request("GET", path, token)
 
-    def request(self, method: str, path: str, token: str | None = None) -> tuple[int, Any]:
-        req = urllib.request.Request(self.http_url + path, method=method)
+    def request(self, method: str, path: str, token: str | None = None, body: Any = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.http_url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
         if token:
             req.add_header("Authorization", f"Bearer {token}")
         try:

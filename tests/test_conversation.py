@@ -7,9 +7,8 @@ import pytest
 from chat_agent.conversation import ConversationManager
 from chat_agent.events import TokenUsage
 from chat_agent.protocol import VisibleMessage
-from chat_agent.store import CreateConversation, SqliteStore
+from chat_agent.store import CreateConversation
 from chat_agent.tokens import TokenCounter
-from chat_agent.writer import StoreWriter
 
 
 @pytest.fixture(scope="module")
@@ -18,15 +17,9 @@ def counter() -> TokenCounter:
 
 
 @pytest.fixture
-async def store(tmp_path):
-    store = SqliteStore(tmp_path / "db.sqlite")
-    await store.open()
-    writer = StoreWriter(store)
-    writer.start()
-    writer.submit([CreateConversation("u", "c", 1.0)])
-    yield store, writer
-    await writer.close()
-    await store.close()
+async def store(db):
+    db[1].submit([CreateConversation("u", "c", 1.0)])
+    return db
 
 
 def manager(store, counter, summary_chars=300_000, visible=(), model=()) -> ConversationManager:

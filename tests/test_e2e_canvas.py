@@ -20,16 +20,7 @@ POEM = "# Spring\n\nThe **first** buds open.\n\n- rain\n- sun\n\nAnd the *birds*
 
 
 def request_json(server: ServerProcess, method: str, path: str, body: object | None = None) -> tuple[int, object]:
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(server.http_url + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as response:
-            raw = response.read()
-            return response.status, json.loads(raw) if raw else None
-    except urllib.error.HTTPError as exc:
-        raw = exc.read()
-        return exc.code, json.loads(raw) if raw else None
+    return server.request(method, path, body=body)
 
 
 def main_text(body: dict) -> str:
@@ -276,17 +267,7 @@ def test_memories_and_quick_actions_belong_to_their_user(make_server):
     server = make_server(CHAT_AGENT_API_KEYS="alice:tok-a,bob:tok-b")
 
     def call(method: str, path: str, token: str | None, body: object | None = None) -> tuple[int, object]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(server.http_url + path, data=data, method=method)
-        if token:
-            req.add_header("Authorization", f"Bearer {token}")
-        try:
-            with urllib.request.urlopen(req, timeout=10) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            return exc.code, json.loads(raw) if raw else None
+        return server.request(method, path, token, body)
 
     assert call("GET", "/api/memories", None)[0] == 401
     assert call("PUT", "/api/memories", "tok-a", {"styleRules": ["Terse"], "content": []})[0] == 200

@@ -8,18 +8,6 @@ import pytest
 
 from chat_agent.memory import MemoryBook, render_memories, validate_memories
 from chat_agent.store import MemoriesRecord, SetMemories, SqliteStore
-from chat_agent.writer import StoreWriter
-
-
-@pytest.fixture
-async def db(tmp_path):
-    store = SqliteStore(tmp_path / "db.sqlite")
-    await store.open()
-    writer = StoreWriter(store)
-    writer.start()
-    yield store, writer
-    await writer.close()
-    await store.close()
 
 
 class CountingStore:
