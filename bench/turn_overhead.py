@@ -266,7 +266,7 @@ async def profile(ours: Ours, bare: Bare, turns: int) -> None:
           f"bare {ms(cpu['bare'])}, difference {ms(cpu['ours'] - cpu['bare'])}")
     out = io.StringIO()
     stats = pstats.Stats(profiles["ours"], stream=out)
-    stats.sort_stats("cumulative").print_stats(r"chat_agent|aiosqlite|sqlite3|tiktoken|tooling", 30)
+    stats.sort_stats("cumulative").print_stats(r"chat_agent|sqlite3|tiktoken|tooling", 30)
     print("ours' own functions by cumulative time (the SDK's streaming sits under llm.py:_stream_once):\n"
           + out.getvalue().split("\n\n", 1)[-1])
 

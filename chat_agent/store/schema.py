@@ -10,7 +10,7 @@ belong to a user, not a conversation, and carry their `owner` themselves.
 
 from __future__ import annotations
 
-import aiosqlite
+import sqlite3
 
 from chat_agent.store.base import StoreError
 
@@ -167,15 +167,15 @@ PRAGMAS = (
 )
 
 
-async def migrate(db: aiosqlite.Connection) -> int:
+def migrate(db: sqlite3.Connection) -> int:
     """Apply the missing migrations in one transaction; returns the schema version."""
     # IMMEDIATE takes the write lock first, so two processes opening one new file
     # cannot both decide to create the tables.
-    await db.execute("BEGIN IMMEDIATE")
+    db.execute("BEGIN IMMEDIATE")
     try:
-        await db.execute(_VERSION_TABLE)
-        rows = await db.execute_fetchall("SELECT COALESCE(MAX(version), 0) FROM schema_version")
-        current = int(list(rows)[0][0])
+        db.execute(_VERSION_TABLE)
+        rows = db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchall()
+        current = int(rows[0][0])
         if current > SCHEMA_VERSION:
             raise StoreError(
                 f"database schema version {current} is newer than this build "
@@ -183,14 +183,14 @@ async def migrate(db: aiosqlite.Connection) -> int:
             )
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version - 1]:
-                await db.execute(statement)
-            await db.execute(
+                db.execute(statement)
+            db.execute(
                 "INSERT INTO schema_version (version, applied_at)"
                 " VALUES (?, CAST(strftime('%s', 'now') AS INTEGER))",
                 (version,),
             )
-        await db.execute("COMMIT")
+        db.execute("COMMIT")
     except BaseException:
-        await db.rollback()
+        db.rollback()
         raise
     return SCHEMA_VERSION

@@ -5,6 +5,9 @@ Every check raises `ApiError`; the first failure wins, like the real API.
 
 from __future__ import annotations
 
+import functools
+import json
+
 import re
 from typing import Any
 
@@ -151,6 +154,17 @@ def _check_tool(i: int, tool: Any) -> str:
     return name
 
 
+@functools.lru_cache(maxsize=1024)
+def _schema_is_valid(schema_json: str) -> bool:
+    """Meta-schema validation costs milliseconds per tool; clients send the same tools on
+    every call, so each distinct schema is checked once."""
+    try:
+        Draft202012Validator.check_schema(json.loads(schema_json))
+    except SchemaError:
+        return False
+    return True
+
+
 def _check_input_schema(where: str, schema: Any) -> None:
     if schema is None:
         raise invalid(f"{where}.input_schema: Field required")
@@ -158,9 +172,7 @@ def _check_input_schema(where: str, schema: Any) -> None:
         raise invalid(f"{where}.input_schema: Input should be a valid dictionary")
     if schema.get("type") != "object":
         raise invalid(f"{where}.input_schema.type: Input should be 'object'")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError:
+    if not _schema_is_valid(json.dumps(schema, sort_keys=True)):
         raise invalid(
             f"{where}.input_schema: JSON schema is invalid. It must match JSON Schema draft 2020-12 "
             "(https://json-schema.org/draft/2020-12). Learn more about tool use at "
