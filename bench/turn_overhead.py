@@ -13,7 +13,8 @@ requests every time):
              message added as `TurnRunner.start` does, and the writer flushed at the end;
 - ours/ws:   the real server (bench/bench_server.py: server.py plus the noop tool, and no
              other tool offered, so its requests equal the others') in a child process;
-             from sending `message` to receiving `done`;
+             over one socket, from sending `message` to receiving `done` (an untimed
+             `clear_context` after each keeps the history as small as the others');
 - langgraph: `langgraph.prebuilt.create_react_agent` with `ChatAnthropic(streaming=True)`
              and the same tool and system prompt, `ainvoke`.
 
@@ -142,20 +143,38 @@ class LangGraph:
         return state["messages"][-1].text
 
 
-async def ws_turn(url: str) -> tuple[float, list[str]]:
-    ws = await ws_connect(url)
-    try:
-        await recv_json(ws)  # session
+class WsTurns:
+    """One socket, one conversation, a turn at a time: after each timed turn an untimed
+    `clear_context` keeps the history (and so the request) the same size as the bare calls',
+    and no connection set-up or session snapshot is counted in a turn."""
+
+    def __init__(self, url: str):
+        self.url = url
+        self.ws = None
+
+    async def turn(self) -> tuple[float, list[str]]:
+        if self.ws is None:
+            self.ws = await ws_connect(self.url)
+            await recv_json(self.ws)  # session
         t0 = time.perf_counter()
-        await ws.send(send_message(PROMPT))
+        await self.ws.send(send_message(PROMPT))
+        kinds = await self._until("done", "error")
+        elapsed = time.perf_counter() - t0
+        await self.ws.send(json.dumps({"type": "clear_context"}))
+        await self._until("context_update")
+        return elapsed, kinds
+
+    async def _until(self, *types: str) -> list[str]:
         kinds = []
         while True:
-            frame = json.loads(await ws.recv())
+            frame = json.loads(await self.ws.recv())
             kinds.append(frame["type"])
-            if frame["type"] in ("done", "error"):
-                return time.perf_counter() - t0, kinds
-    finally:
-        await ws.close()
+            if frame["type"] in types:
+                return kinds
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
 
 
 def _check(name: str, ok: bool, detail: object) -> None:
@@ -180,7 +199,8 @@ async def main_async(args: argparse.Namespace) -> bool:
                and events[-1].stop_reason == "end_turn", events)
         _check("bare", (await bare.turn()).startswith("Done: ok"), "")
         _check("langgraph", (await graph.turn()).startswith("Done: ok"), "")
-        _, kinds = await ws_turn(server.ws_url)
+        ws = WsTurns(server.ws_url)
+        _, kinds = await ws.turn()
         _check("ours/ws", "tool_end" in kinds and kinds[-1] == "done", kinds)
 
         times: dict[str, list[float]] = {"bare": [], "ours": [], "ours/ws": [], "langgraph": []}
@@ -200,7 +220,7 @@ async def main_async(args: argparse.Namespace) -> bool:
             return end - t0
 
         async def run_ws() -> float:
-            return (await ws_turn(server.ws_url))[0]
+            return (await ws.turn())[0]
 
         async def run_graph() -> float:
             t0 = time.perf_counter()
