@@ -71,7 +71,7 @@ def session_script(doc: str) -> list[tuple[list, dict]]:
 
 
 async def run_session(server: ServerProcess, fake: FakeAnthropic, doc: str) -> list[dict]:
-    ws, _ = await connect(server)
+    ws, _ = await connect(server, ping_interval=None)  # the fake shares this process: a busy GIL is no dead peer
     usages = []
     for replies, message in session_script(doc):
         fake.enqueue(*replies, when=main_only)
@@ -83,7 +83,7 @@ async def run_session(server: ServerProcess, fake: FakeAnthropic, doc: str) -> l
 
 
 async def span_edit_tokens(server: ServerProcess, fake: FakeAnthropic, counter: TokenCounter, chars: int) -> int:
-    ws, _ = await connect(server)
+    ws, _ = await connect(server, ping_interval=None)  # the fake shares this process: a busy GIL is no dead peer
     doc = document(chars)
     fake.enqueue(Reply([ToolUse("generate_artifact", {"title": "Big", "type": "text", "content": doc})]),
                  Reply("ok"), when=main_only)
