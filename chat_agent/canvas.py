@@ -23,6 +23,13 @@ def version_model(record: ArtifactVersionRecord) -> ArtifactVersion:
                            language=record.language if record.type == "code" else None, content=record.content)
 
 
+def artifact_state(record: ArtifactRecord | None) -> ArtifactState | None:
+    if record is None:
+        return None
+    return ArtifactState(id=record.id, current_index=record.current_index,
+                         version_count=record.version_count, current=version_model(record.current))
+
+
 class Canvas:
     def __init__(self, owner: str, conversation_id: str, record: ArtifactRecord | None, writer: StoreWriter):
         self.owner = owner
@@ -45,11 +52,7 @@ class Canvas:
         return self._record.version_count if self._record else 0
 
     def state(self) -> ArtifactState | None:
-        record = self._record
-        if record is None:
-            return None
-        return ArtifactState(id=record.id, current_index=record.current_index,
-                             version_count=record.version_count, current=version_model(record.current))
+        return artifact_state(self._record)
 
     def add_version(self, *, type: ArtifactKind, title: str, language: str | None, content: str,
                     source: Literal["model", "user"]) -> ArtifactState:

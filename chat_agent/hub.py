@@ -12,7 +12,7 @@ import time
 import uuid
 
 from .background import Background
-from .canvas import Canvas
+from .canvas import Canvas, artifact_state
 from .config import Settings
 from .conversation import ConversationManager
 from .live import Listener, LiveConversation
@@ -59,8 +59,7 @@ class Hub:
         live = self.live(owner, conversation_id)
         if live is not None:
             return live.canvas.state()
-        record = await self.store.get_artifact(owner, conversation_id)
-        return Canvas(owner, conversation_id, record, self.writer).state()
+        return artifact_state(await self.store.get_artifact(owner, conversation_id))
 
     def tools(self) -> list[ToolInfo]:
         return [ToolInfo(name=a.name, enabled=a.enabled, reason=a.reason) for a in self.agent.registry.availability()]
