@@ -10,8 +10,9 @@ from typing import AsyncIterator
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
-from . import http, http_canvas
+from . import http, http_canvas, http_uploads
 from .config import Settings
+from .files import open_files
 from .hub import Hub
 from .llm import ModelClient
 from .loop import Agent
@@ -39,7 +40,7 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
         writer.start()
         the_model = model or ModelClient(settings)
         agent = Agent(the_model, registry or build_registry(settings), settings)
-        hub = Hub(settings, the_store, writer, agent, TokenCounter())
+        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer))
         await recover(hub)
         app.state.hub = hub
         log.info("chat-agent ready: model %s, tools %s", settings.model, ", ".join(agent.registry.enabled()) or "none")
@@ -47,9 +48,10 @@ def create_app(settings: Settings | None = None, *, store: Store | None = None,
             yield
         finally:
             await hub.shutdown()
+            await hub.files.close()
             await writer.close()
             await the_store.close()
             await the_model.close()
 
-    routes = [*http.routes, *http_canvas.routes, WebSocketRoute("/api/chat-agent", chat_endpoint)]
+    routes = [*http.routes, *http_canvas.routes, *http_uploads.routes, WebSocketRoute("/api/chat-agent", chat_endpoint)]
     return Starlette(routes=routes, lifespan=lifespan)

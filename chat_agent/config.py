@@ -78,6 +78,25 @@ class Settings:
     api_keys: dict[str, str] = field(default_factory=dict)
     allow_no_auth: bool = False
     local_user: str = "local"
+    # Files: uploads, attachments, generated images.
+    upload_max_bytes: int = 20 * 1024 * 1024
+    s3_bucket: str | None = None
+    s3_endpoint_url: str | None = None
+    s3_public_base_url: str | None = None
+    image_fetch_max_bytes: int = 20 * 1024 * 1024
+    image_fetch_timeout: float = 15.0
+    document_inline_chars: int = 30_000
+    # Image generation through an OpenAI-compatible images API.
+    image_api_base_url: str | None = None
+    image_api_key: str | None = None
+    image_model: str = "gpt-image-1"
+    # The code interpreter's sandbox.
+    code_timeout: float = 30.0
+    code_memory_mb: int = 512
+    code_unsandboxed: bool = False
+    # Deep research.
+    research_max_searches: int = 8
+    research_timeout: float = 240.0
 
     @property
     def auth_enabled(self) -> bool:
@@ -119,4 +138,19 @@ class Settings:
             ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
             api_keys=_api_keys(env.get("CHAT_AGENT_API_KEYS", "")),
             allow_no_auth=_flag(env, "CHAT_AGENT_ALLOW_NO_AUTH"),
+            upload_max_bytes=_int(env, "CHAT_AGENT_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
+            s3_bucket=env.get("CHAT_AGENT_S3_BUCKET") or None,
+            s3_endpoint_url=env.get("CHAT_AGENT_S3_ENDPOINT_URL") or None,
+            s3_public_base_url=env.get("CHAT_AGENT_S3_PUBLIC_BASE_URL") or None,
+            image_fetch_max_bytes=_int(env, "CHAT_AGENT_IMAGE_FETCH_MAX_BYTES", 20 * 1024 * 1024),
+            image_fetch_timeout=_float(env, "CHAT_AGENT_IMAGE_FETCH_TIMEOUT", 15.0),
+            document_inline_chars=_int(env, "CHAT_AGENT_DOCUMENT_INLINE_CHARS", 30_000),
+            image_api_base_url=env.get("CHAT_AGENT_IMAGE_API_BASE_URL") or None,
+            image_api_key=env.get("CHAT_AGENT_IMAGE_API_KEY") or None,
+            image_model=env.get("CHAT_AGENT_IMAGE_MODEL") or "gpt-image-1",
+            code_timeout=_float(env, "CHAT_AGENT_CODE_TIMEOUT", 30.0),
+            code_memory_mb=_int(env, "CHAT_AGENT_CODE_MEMORY_MB", 512),
+            code_unsandboxed=_flag(env, "CHAT_AGENT_CODE_UNSANDBOXED"),
+            research_max_searches=_int(env, "CHAT_AGENT_RESEARCH_MAX_SEARCHES", 8),
+            research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
         )

@@ -44,6 +44,7 @@ async def health(request: Request) -> JSONResponse:
         "status": "ok", "version": __version__, "model": settings.model, "smallModel": settings.small_model,
         "anthropic": {"configured": hub.agent.model.configured},
         "auth": settings.auth_enabled, "storage": "sqlite" if not settings.database_url else "custom",
+        "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
         "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
     })
 

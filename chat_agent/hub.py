@@ -11,10 +11,12 @@ import logging
 import time
 import uuid
 
+from .attachments import AttachmentReader, DocumentLibrary
 from .background import Background
 from .canvas import Canvas, artifact_state
 from .config import Settings
 from .conversation import ConversationManager
+from .files import Files
 from .live import Listener, LiveConversation
 from .loop import Agent
 from .memory import MemoryBook
@@ -29,12 +31,16 @@ log = logging.getLogger(__name__)
 
 
 class Hub:
-    def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter):
+    def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter,
+                 files: Files):
         self.settings = settings
         self.store = store
         self.writer = writer
         self.agent = agent
         self.counter = counter
+        self.files = files
+        self.documents = DocumentLibrary(files)
+        self.attachments = AttachmentReader(files, self.documents, settings)
         self.memories = MemoryBook(store, writer)
         self.background = Background()
         self._live: dict[str, LiveConversation] = {}

@@ -16,6 +16,7 @@ PROTOCOL_VERSION = 1
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
     "unauthorized", "invalid_highlight", "no_artifact", "llm_error", "rate_limited", "internal",
+    "invalid_attachment",  # ours (PROTOCOL.md leaves codes open): an image or document the server refuses
 ]
 StopReason = Literal["end_turn", "aborted", "max_steps", "max_tokens", "refusal", "error"]
 MessageStatus = Literal["complete", "streaming", "aborted", "interrupted", "error"]

@@ -128,12 +128,13 @@ async def run_python(
 async def _command(
     tools: dict[str, str], work: Path, exe: str, limits: SandboxLimits, unsandboxed: bool
 ) -> tuple[list[str], dict[str, str]]:
-    """The command line and the environment bwrap (or, unsandboxed, prlimit) starts with."""
+    """The command line and the environment bwrap (or, unsandboxed, prlimit) starts with.
+    Unbuffered (-u): what the code printed before a time limit killed it still comes back."""
     if unsandboxed:
-        program = [exe, "-I", "-B", str(work / CODE_NAME)]
+        program = [exe, "-I", "-B", "-u", str(work / CODE_NAME)]
         return [tools["prlimit"], *_rlimits(limits), "--", *program], _env(os.path.dirname(exe), str(work))
     uid = _own(work)
-    program = [exe, "-I", "-B", f"{WORK}/{CODE_NAME}"]
+    program = [exe, "-I", "-B", "-u", f"{WORK}/{CODE_NAME}"]
     return _sandbox_argv(tools, work, uid, await _python_roots(exe), limits, program), _env("/usr/bin", WORK)
 
 

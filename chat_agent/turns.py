@@ -17,7 +17,8 @@ from .loop import Turn
 from .memory import render_memories
 from .prompting import artifact_block, highlight_block, system_blocks
 from .prompts import SYSTEM_PROMPT
-from .protocol import DocumentAttachment, ErrorCode, Highlight, MessageIn, QuickAction, VisibleMessage
+from .attachments import AttachmentError, PreparedAttachments
+from .protocol import ErrorCode, Highlight, MessageIn, QuickAction, VisibleMessage
 from .quick_actions import QuickActionError, fits, instructions, label
 from .runner import TurnRunner, new_id
 
@@ -109,21 +110,17 @@ async def _plan(hub: "Hub", live: "LiveConversation", message: MessageIn) -> Pla
     return Plan(request=message.content, visible=message.content)
 
 
-def _documents(message: MessageIn) -> list[DocumentAttachment]:
-    documents = []
-    for attachment in message.attachments:
-        if isinstance(attachment, DocumentAttachment) and attachment.content is not None:
-            documents.append(attachment)
-        else:
-            raise FrameRejected("invalid_frame", "This server accepts only documents with their text in "
-                                                 "`content`; image attachments and uploads are not enabled.")
-    return documents
+async def _attachments(hub: "Hub", live: "LiveConversation", message: MessageIn) -> PreparedAttachments:
+    if not message.attachments:
+        return PreparedAttachments()
+    try:
+        return await hub.attachments.prepare(live.owner, live.id, message.attachments)
+    except AttachmentError as exc:
+        raise FrameRejected(exc.code, exc.message) from None
 
 
-def _model_content(live: "LiveConversation", plan: Plan, documents: list[DocumentAttachment]) -> list[dict[str, Any]]:
-    blocks: list[dict[str, Any]] = [
-        {"type": "text", "text": f"<document filename={json.dumps(d.filename or 'document')}>\n{d.content}\n</document>"}
-        for d in documents if d.content]
+def _model_content(live: "LiveConversation", plan: Plan, attached: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    blocks = list(attached)
     canvas, version = live.canvas, live.canvas.current
     if plan.highlight is not None and version is not None:
         return [*blocks, highlight_block(version, plan.highlight, plan.request)]
@@ -150,12 +147,12 @@ def tool_names(hub: "Hub", message: MessageIn) -> list[str]:
 async def prepare_turn(hub: "Hub", live: "LiveConversation",
                        message: MessageIn) -> tuple[TurnRunner, VisibleMessage, list[dict[str, Any]]]:
     plan = await _plan(hub, live, message)
-    documents = _documents(message)
     settings = hub.settings
     model = message.settings.model or settings.model
     if model not in settings.models:
         raise FrameRejected("invalid_frame", f"Model {model!r} is not available here; choose one of: "
                                              + ", ".join(settings.models))
+    attached = await _attachments(hub, live, message)
     memories = await hub.memories.load(live.owner)
     tools = hub.agent.registry.schemas(tool_names(hub, message))
     system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
@@ -165,7 +162,8 @@ async def prepare_turn(hub: "Hub", live: "LiveConversation",
                 thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
                 tool_choice=plan.tool_choice, window=plan.window,
                 services={"canvas": live.canvas, "memory": hub.memories.for_user(live.owner),
-                          "highlight": plan.highlight})
+                          "highlight": plan.highlight, "files": hub.files.scoped(live.owner, live.id),
+                          "documents": hub.documents, "model": hub.agent.model})
     user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
-                          attachments=[{"type": "document", "filename": d.filename or "document"} for d in documents])
-    return TurnRunner(live, hub.agent, turn), user, _model_content(live, plan, documents)
+                          attachments=attached.visible)
+    return TurnRunner(live, hub.agent, turn), user, _model_content(live, plan, attached.blocks)

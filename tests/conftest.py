@@ -9,6 +9,7 @@ import pytest
 
 from tests.fakes.anthropic_fake import FakeAnthropic
 from tests.fakes.exa_fake import FakeExa
+from tests.fakes.images_fake import FakeImages
 from tests.support import ServerProcess
 
 
@@ -62,6 +63,12 @@ async def db(tmp_path: Path):
 def fake_exa() -> Iterator[FakeExa]:
     with FakeExa() as exa:
         yield exa
+
+
+@pytest.fixture(scope="session")
+def fake_images() -> Iterator[FakeImages]:
+    with FakeImages() as images:
+        yield images
 
 
 def server_env(fake_anthropic: FakeAnthropic, fake_exa: FakeExa, **extra: str) -> dict[str, str]:

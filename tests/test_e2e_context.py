@@ -43,7 +43,7 @@ async def test_unconfigured_tool_is_not_offered_and_session_says_why(make_server
 
 
 async def test_web_search_can_be_switched_off_per_message(server, fake_anthropic):
-    ws, _ = await connect(server)
+    ws, session = await connect(server)
     fake_anthropic.enqueue(Reply("ok"))
     await send(ws, type="message", content="hi", settings={"webSearch": False})
     await until(ws, "done")
@@ -51,8 +51,9 @@ async def test_web_search_can_be_switched_off_per_message(server, fake_anthropic
     fake_anthropic.enqueue(Reply("ok"))
     await send(ws, type="message", content="hi")
     await until(ws, "done")
-    assert [t["name"] for t in fake_anthropic.last_main.body["tools"]] == [
-        "generate_artifact", "rewrite_artifact", "update_artifact", "web_search", "reflect"]
+    offered = [t["name"] for t in session["tools"] if t["enabled"] and t["name"] != "deep_research"]
+    assert offered[:5] == ["generate_artifact", "rewrite_artifact", "update_artifact", "web_search", "reflect"]
+    assert [t["name"] for t in fake_anthropic.last_main.body["tools"]] == offered
     await ws.close()
 
 

@@ -9,7 +9,7 @@ from langchain_core.tools import BaseTool
 from chat_agent.config import Settings
 from chat_agent.tools import ToolRegistry, ToolUnavailable
 
-from . import artifacts, reflect, web_search
+from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, web_search
 
 Builder = Callable[[Settings], BaseTool]
 
@@ -21,6 +21,11 @@ BUILDERS: tuple[tuple[str, Builder], ...] = (
     ("update_artifact", artifacts.build_update),
     ("web_search", web_search.build),
     ("reflect", reflect.build),
+    ("deep_research", deep_research.build),
+    ("analyze_document", analyze_document.build),
+    ("generate_image", images.build_generate),
+    ("edit_image", images.build_edit),
+    ("code_interpreter", code_interpreter.build),
 )
 
 
@@ -28,7 +33,11 @@ def build_registry(settings: Settings) -> ToolRegistry:
     registry = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)
     for name, build in BUILDERS:
         try:
-            registry.add(build(settings))
+            tool = build(settings)
         except ToolUnavailable as exc:
             registry.add_unavailable(name, str(exc))
+            continue
+        # A tool that is slow by nature (image APIs, research, code) declares its own limit.
+        timeout = (tool.metadata or {}).get("timeout")
+        registry.add(tool, timeout=float(timeout) if timeout else None)
     return registry

@@ -36,14 +36,7 @@ class WebSearchError(RuntimeError):
 
 
 def build(settings: Settings) -> BaseTool:
-    if not settings.exa_api_key:
-        raise ToolUnavailable("EXA_API_KEY is not set")
-    # Imported here, not at the top: exa_py pulls in openai (~1.6 s), which only a
-    # configured server should pay, and at start-up rather than on the event loop.
-    from exa_py import AsyncExa
-    from exa_py.errors import ExaTimeoutError
-
-    exa = _Exa(AsyncExa, ExaTimeoutError, settings)
+    exa = connect(settings)
 
     @tool(NAME, description=DESCRIPTION, response_format="content_and_artifact")
     async def web_search(
@@ -58,7 +51,19 @@ def build(settings: Settings) -> BaseTool:
     return web_search
 
 
-class _Exa:
+def connect(settings: Settings) -> ExaSearch:
+    """The Exa client for a tool's build(); ToolUnavailable when EXA_API_KEY is not set."""
+    if not settings.exa_api_key:
+        raise ToolUnavailable("EXA_API_KEY is not set")
+    # Imported here, not at the top: exa_py pulls in openai (~1.6 s), which only a
+    # configured server should pay, and at start-up rather than on the event loop.
+    from exa_py import AsyncExa
+    from exa_py.errors import ExaTimeoutError
+
+    return ExaSearch(AsyncExa, ExaTimeoutError, settings)
+
+
+class ExaSearch:
     """exa-py's AsyncExa (truly async: httpx underneath), one per event loop.
 
     Its httpx client belongs to the loop it first ran on; reusing it keeps the
@@ -76,13 +81,14 @@ class _Exa:
         self._client = self._new_client()
         self._loop: asyncio.AbstractEventLoop | None = None  # None: not used yet
 
-    async def search(self, query: str) -> list[Result]:
+    async def search(self, query: str, *, num_results: int = NUM_RESULTS, text_chars: int = TEXT_CHARS) -> list[Result]:
+        """The top pages for `query`, each with the start of its text; WebSearchError on failure."""
         try:
             response = await self._exa().search(
                 query,
-                num_results=NUM_RESULTS,
+                num_results=num_results,
                 type=SEARCH_TYPE,
-                contents={"text": {"max_characters": TEXT_CHARS}},
+                contents={"text": {"max_characters": text_chars}},
             )
         except self._timeout_error as exc:
             raise WebSearchError(f"Exa did not answer in time ({exc})") from exc

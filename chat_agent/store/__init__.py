@@ -1,5 +1,5 @@
-"""Persistence for conversations, histories, the event log, turns, and the canvas:
-artifacts with their versions, memories, custom quick actions.
+"""Persistence for conversations, histories, the event log, turns, the canvas (artifacts
+with their versions, memories, custom quick actions), and the metadata of files.
 
     store = create_store(settings.database_url, settings.data_dir)
     await store.open()
@@ -18,6 +18,8 @@ from chat_agent.store.base import (
     ConstraintError,
     ConversationRecord,
     EventRecord,
+    FileRecord,
+    FileSource,
     History,
     HistoryItem,
     MemoriesRecord,
@@ -29,8 +31,10 @@ from chat_agent.store.base import (
 )
 from chat_agent.store.ops import (
     AddArtifactVersion,
+    AddFile,
     AppendEvents,
     AppendHistory,
+    AttachFile,
     CreateConversation,
     DeleteConversation,
     DeleteMemories,
@@ -52,12 +56,14 @@ from chat_agent.store.sqlite import SqliteStore
 
 __all__ = [
     "AddArtifactVersion",
+    "AddFile",
     "AppendEvents",
     "AppendHistory",
     "ArtifactRecord",
     "ArtifactSource",
     "ArtifactType",
     "ArtifactVersionRecord",
+    "AttachFile",
     "ConstraintError",
     "ConversationRecord",
     "CreateConversation",
@@ -65,6 +71,8 @@ __all__ = [
     "DeleteMemories",
     "DeleteQuickAction",
     "EventRecord",
+    "FileRecord",
+    "FileSource",
     "FinishTurn",
     "History",
     "HistoryItem",

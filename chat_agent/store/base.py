@@ -19,6 +19,7 @@ History = Literal["visible", "model"]
 TurnStatus = Literal["running", "complete", "aborted", "interrupted", "error"]
 ArtifactType = Literal["text", "code"]
 ArtifactSource = Literal["model", "user"]
+FileSource = Literal["upload", "attachment", "generated", "code"]
 
 
 class StoreError(Exception):
@@ -119,6 +120,22 @@ class QuickActionRecord:
     updated_at: float
 
 
+@dataclass(slots=True)
+class FileRecord:
+    """A stored file's metadata; its bytes are in the blob store under `blob_key`."""
+
+    id: str
+    owner: str
+    filename: str  # the client's name, cleaned; only ever shown, never a path
+    media_type: str  # decided from the bytes
+    size: int
+    source: FileSource
+    width: int | None  # images only
+    height: int | None
+    blob_key: str
+    created_at: float
+
+
 class Store(ABC):
     """One storage backend. `open()` before use, `close()` after; also `async with`."""
 
@@ -198,3 +215,11 @@ class Store(ABC):
     @abstractmethod
     async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
         """None if it does not exist or belongs to someone else."""
+
+    @abstractmethod
+    async def get_file(self, owner: str, file_id: str) -> FileRecord | None:
+        """None if it does not exist or belongs to someone else."""
+
+    @abstractmethod
+    async def conversation_files(self, owner: str, conversation_id: str) -> list[FileRecord]:
+        """The files attached to the conversation, in the order they were attached."""

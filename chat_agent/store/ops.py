@@ -3,7 +3,8 @@
 Every op that touches a conversation names its `owner`, and does nothing (no error) when
 that owner has no such conversation: it may have been deleted while a turn was finishing,
 and one late write must not fail a whole group commit. Memories and quick actions belong
-to a user, not to a conversation; `op_scope` names what any op belongs to.
+to a user, not to a conversation, and so do files (an upload may be attached to several
+conversations and outlives them); `op_scope` names what any op belongs to.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from chat_agent.store.base import (
     ArtifactVersionRecord,
     EventRecord,
+    FileRecord,
     History,
     HistoryItem,
     MemoriesRecord,
@@ -191,6 +193,30 @@ class DeleteQuickAction:
     id: str
 
 
+@dataclass(frozen=True, slots=True)
+class AddFile:
+    """Stores a file's metadata, and attaches it to `conversation_id` when one is given
+    (a no-op for the link if the file's owner has no such conversation). Adding and
+    attaching are one op so that a batch can never order the link before its file. A
+    repeated id fails the batch (`ConstraintError`): ids are generated."""
+
+    record: FileRecord
+    conversation_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AttachFile:
+    """Links the owner's stored file to the owner's conversation; a no-op if either is
+    missing or someone else's, and for a file already attached (it keeps its place).
+    The file must be committed already (`Files.save` waits for that before it returns
+    an id): a batch may order this before an `AddFile` of another scope."""
+
+    owner: str
+    conversation_id: str
+    file_id: str
+    added_at: float
+
+
 Op = (
     CreateConversation
     | DeleteConversation
@@ -209,6 +235,8 @@ Op = (
     | DeleteMemories
     | PutQuickAction
     | DeleteQuickAction
+    | AddFile
+    | AttachFile
 )
 
 
@@ -228,4 +256,7 @@ def op_scope(op: Op) -> str:
             return f"quick-action:{op.record.id}"  # ids are unique across owners
         case DeleteQuickAction():
             return f"quick-action:{op.id}"
+        case AddFile():
+            # Attaching orders it with its conversation's ops (after CreateConversation).
+            return op.conversation_id or f"file:{op.record.id}"
     return op.conversation_id

@@ -5,7 +5,8 @@ they are reachable only through their conversation, and every query joins or che
 `conversations.owner`. Children reference their conversation with `ON DELETE CASCADE`,
 so deleting a conversation deletes everything it owns; each child table's key starts
 with `conversation_id`, which keeps those cascades indexed. Memories and quick actions
-belong to a user, not a conversation, and carry their `owner` themselves.
+belong to a user, not a conversation, and carry their `owner` themselves; so do files,
+which conversations link to.
 """
 
 from __future__ import annotations
@@ -147,8 +148,35 @@ _V2 = (
     END""",
 )
 
+# Files: uploads, attachments, generated images, what code wrote. A file belongs to its
+# owner, not to a conversation: one upload may be attached to several conversations, and
+# deleting a conversation deletes only its links. The bytes live in the blob store
+# (chat_agent.blobs) under blob_key, kept here so the key layout may change later.
+_V3 = (
+    """CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        size INTEGER NOT NULL CHECK (size >= 0),
+        source TEXT NOT NULL CHECK (source IN ('upload', 'attachment', 'generated', 'code')),
+        width INTEGER,
+        height INTEGER,
+        blob_key TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        CHECK ((width IS NULL) = (height IS NULL))
+    )""",
+    # A rowid table: ties in added_at are read back in insertion (rowid) order.
+    """CREATE TABLE conversation_files (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        file_id TEXT NOT NULL REFERENCES files (id),
+        added_at REAL NOT NULL,
+        PRIMARY KEY (conversation_id, file_id)
+    )""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -24,6 +24,7 @@ from chat_agent.store.base import (
     ConstraintError,
     ConversationRecord,
     EventRecord,
+    FileRecord,
     History,
     HistoryItem,
     MemoriesRecord,
@@ -83,6 +84,17 @@ _MEMORIES = "SELECT style_rules, content, updated_at FROM memories WHERE owner =
 _QUICK_ACTION = (
     "SELECT id, owner, title, prompt, include_reflections, include_prefix,"
     " include_recent_history, created_at, updated_at FROM quick_actions WHERE owner = ?"
+)
+
+_FILE_COLUMNS = (
+    "f.id, f.owner, f.filename, f.media_type, f.size, f.source, f.width, f.height, f.blob_key,"
+    " f.created_at"
+)
+_FILE = f"SELECT {_FILE_COLUMNS} FROM files f WHERE f.id = ? AND f.owner = ?"
+_CONVERSATION_FILES = (
+    f"SELECT {_FILE_COLUMNS} FROM conversation_files l"
+    " JOIN conversations c ON c.id = l.conversation_id JOIN files f ON f.id = l.file_id"
+    " WHERE c.id = ? AND c.owner = ? AND f.owner = c.owner ORDER BY l.added_at, l.rowid"
 )
 
 
@@ -217,6 +229,13 @@ class SqliteStore(Store):
     async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
         rows = await self._fetch(f"{_QUICK_ACTION} AND id = ?", (owner, id))
         return _quick_action(rows[0]) if rows else None
+
+    async def get_file(self, owner: str, file_id: str) -> FileRecord | None:
+        rows = await self._fetch(_FILE, (file_id, owner))
+        return FileRecord(*rows[0]) if rows else None
+
+    async def conversation_files(self, owner: str, conversation_id: str) -> list[FileRecord]:
+        return [FileRecord(*row) for row in await self._fetch(_CONVERSATION_FILES, (conversation_id, owner))]
 
     def _check_wal(self, db: sqlite3.Connection) -> None:
         # SQLite silently keeps its old journal mode where WAL is impossible (some network

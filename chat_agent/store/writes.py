@@ -16,8 +16,10 @@ from typing import Any
 from chat_agent.store.base import HistoryItem
 from chat_agent.store.ops import (
     AddArtifactVersion,
+    AddFile,
     AppendEvents,
     AppendHistory,
+    AttachFile,
     CreateConversation,
     DeleteConversation,
     DeleteMemories,
@@ -125,12 +127,22 @@ PUT_QUICK_ACTION = (
     " updated_at = excluded.updated_at"
 )
 DELETE_QUICK_ACTION = "DELETE FROM quick_actions WHERE id = ?1 AND owner = ?2"
+INSERT_FILE = (
+    "INSERT INTO files (id, owner, filename, media_type, size, source, width, height, blob_key,"
+    " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+)
+# Both the conversation and the file must be the owner's; a second attach changes nothing.
+ATTACH_FILE = (
+    "INSERT INTO conversation_files (conversation_id, file_id, added_at) SELECT ?1, ?2, ?3"
+    " WHERE " + _OWNED.format(n=4) + " AND EXISTS (SELECT 1 FROM files WHERE id = ?2 AND owner = ?4)"
+    " ON CONFLICT DO NOTHING"
+)
 
 
 # What each statement touches, for `plan`. Events' trigger and SetTitle both update the
 # conversation row, but different columns, so they commute.
 _WHOLE = "*"  # creating or deleting a conversation orders against all of its rows
-_TABLES = ("title", "events", "history", "turns", "client_ids", "artifact")
+_TABLES = ("title", "events", "history", "turns", "client_ids", "artifact", "files")
 _TABLE = {
     CREATE_CONVERSATION: _WHOLE,
     DELETE_CONVERSATION: _WHOLE,
@@ -151,6 +163,9 @@ _TABLE = {
     DELETE_MEMORIES: "memories",
     PUT_QUICK_ACTION: "quick_action",
     DELETE_QUICK_ACTION: "quick_action",
+    # One table name for both, so an AddFile's link always follows its file (see AddFile).
+    INSERT_FILE: "files",
+    ATTACH_FILE: "files",
 }
 
 
@@ -232,6 +247,10 @@ def statements(op: Op) -> list[Step]:
             return [(PUT_QUICK_ACTION, [_quick_action_row(op)])]
         case DeleteQuickAction():
             return [(DELETE_QUICK_ACTION, [(op.id, op.owner)])]
+        case AddFile():
+            return _add_file(op)
+        case AttachFile():
+            return [(ATTACH_FILE, [(op.conversation_id, op.file_id, op.added_at, op.owner)])]
     raise TypeError(f"not a store operation: {op!r}")
 
 
@@ -267,3 +286,13 @@ def _quick_action_row(op: PutQuickAction) -> Row:
         q.id, q.owner, q.title, q.prompt, bool(q.include_reflections), bool(q.include_prefix),
         bool(q.include_recent_history), q.created_at, q.updated_at,
     )
+
+
+def _add_file(op: AddFile) -> list[Step]:
+    f = op.record
+    row = (f.id, f.owner, f.filename, f.media_type, f.size, f.source, f.width, f.height, f.blob_key,
+           f.created_at)
+    steps: list[Step] = [(INSERT_FILE, [row])]
+    if op.conversation_id is not None:
+        steps.append((ATTACH_FILE, [(op.conversation_id, f.id, f.created_at, f.owner)]))
+    return steps

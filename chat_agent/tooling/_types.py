@@ -26,6 +26,9 @@ class ToolContext:
     canvas: Any = None  # chat_agent.canvas.Canvas: the conversation's artifact
     memory: Any = None  # chat_agent.memory.UserMemory: the user's reflections
     highlight: Any = None  # chat_agent.protocol.Highlight the user selected, for a span edit
+    files: Any = None  # chat_agent.files.ConversationFiles: this conversation's files (images, documents)
+    model: Any = None  # chat_agent.llm.ModelClient, for tools that ask a model themselves
+    documents: Any = None  # chat_agent.attachments.DocumentLibrary: parsed documents, read on demand
 
     def progress(self, status: str) -> None:
         """Tell the user what the tool is doing now (a short phrase): a `tool_progress` frame.

@@ -5,13 +5,16 @@ Every check raises `ApiError`; the first failure wins, like the real API.
 
 from __future__ import annotations
 
+import base64
 import functools
+import io
 import json
 
 import re
 from typing import Any
 
 from jsonschema import Draft202012Validator
+from PIL import Image
 from jsonschema.exceptions import SchemaError
 
 from tests.fakes.anthropic_script import Signer, invalid
@@ -276,6 +279,46 @@ def _check_block(where: str, role: str, block: Any) -> None:
         _check_tool_use(where, block)
     elif kind == "tool_result":
         _check_tool_result(where, block)
+    elif kind == "image":
+        _check_image(where, block)
+
+
+IMAGE_TYPES = {"image/jpeg": "JPEG", "image/png": "PNG", "image/gif": "GIF", "image/webp": "WEBP"}
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+MAX_IMAGE_EDGE = 8000
+
+
+def _check_image(where: str, block: dict[str, Any]) -> None:
+    """The API decodes every base64 image: wrong type, bad data, too big are 400s."""
+    source = block.get("source")
+    if not isinstance(source, dict) or source.get("type") not in ("base64", "url", "file"):
+        raise invalid(f"{where}.image.source: Field required")
+    if source["type"] != "base64":
+        return
+    media_type = source.get("media_type")
+    if media_type not in IMAGE_TYPES:
+        raise invalid(f"{where}.image.source.base64.media_type: Input should be 'image/jpeg', 'image/png', "
+                      "'image/gif' or 'image/webp'")
+    data = source.get("data")
+    if not isinstance(data, str) or not data:
+        raise invalid(f"{where}.image.source.base64.data: Field required")
+    if len(data) > MAX_IMAGE_BYTES:
+        raise invalid(f"{where}.image.source.base64: image exceeds 5 MB maximum: {len(data)} bytes > "
+                      f"{MAX_IMAGE_BYTES} bytes")
+    try:
+        raw = base64.b64decode(data, validate=True)
+        with Image.open(io.BytesIO(raw)) as image:
+            actual, size = image.format, image.size
+            image.load()
+    except Exception:  # noqa: BLE001 - whatever Pillow says, the API says the same thing
+        raise invalid(f"{where}.image.source.base64.data: Could not process image") from None
+    if actual != IMAGE_TYPES[media_type]:
+        kinds = {v: k for k, v in IMAGE_TYPES.items()}
+        raise invalid(f"{where}.image.source.base64.data: The image was specified using the {media_type} media "
+                      f"type, but the image appears to be a {kinds.get(actual or '', 'unknown')} image")
+    if max(size) > MAX_IMAGE_EDGE:
+        raise invalid(f"{where}.image.source.base64.data: At least one of the image dimensions exceed max "
+                      f"allowed size: {MAX_IMAGE_EDGE} pixels")
 
 
 def _check_tool_use(where: str, block: dict[str, Any]) -> None:
@@ -293,9 +336,11 @@ def _check_tool_result(where: str, block: dict[str, Any]) -> None:
         raise invalid(f"{where}.tool_result.tool_use_id: Field required")
     content = block.get("content", "")
     if isinstance(content, list):
-        for inner in content:
+        for j, inner in enumerate(content):
             if isinstance(inner, dict) and inner.get("type") == "text":
                 _check_text_block(inner, "messages")
+            elif isinstance(inner, dict) and inner.get("type") == "image":
+                _check_image(f"{where}.content.{j}", inner)
     elif not isinstance(content, str):
         raise invalid(f"{where}.tool_result.content: Input should be a valid string or list")
 

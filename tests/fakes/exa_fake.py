@@ -10,6 +10,7 @@ response with `requestId`, `resolvedSearchType`, `results[]` (`id`, `url`,
         settings = Settings(exa_api_key=exa.api_key, exa_base_url=exa.base_url)
         exa.fail_next(429)      # the next request gets a 429
         exa.delay = 2.0         # every request waits 2 s before answering
+        exa.query_delays["q"] = 5.0   # ...but a search for "q" waits 5 s
         exa.requests[-1].body   # what the client sent
         exa.reset()             # between tests sharing one server
 """
@@ -63,6 +64,7 @@ class FakeExa:
     def __init__(self, *, api_key: str = "exa-test-key", delay: float = 0.0) -> None:
         self.api_key = api_key
         self.delay = delay
+        self.query_delays: dict[str, float] = {}  # by query, instead of `delay`
         self.requests: list[RecordedRequest] = []
         self._failures: deque[tuple[int, str | None]] = deque()
         self._closing = threading.Event()
@@ -79,10 +81,11 @@ class FakeExa:
         self._failures.extend([(status, message)] * times)
 
     def reset(self) -> None:
-        """Forget requests, pending failures and the delay (one server shared by many tests)."""
+        """Forget requests, pending failures and the delays (one server shared by many tests)."""
         self.requests.clear()
         self._failures.clear()
         self.delay = 0.0
+        self.query_delays.clear()
 
     def __enter__(self) -> FakeExa:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto set: asyncio turns Nagle off only then
@@ -122,7 +125,8 @@ class FakeExa:
             return _error(401, "Missing API key: send it in the x-api-key header", request_id)
         if key != self.api_key:
             return _error(401, "Invalid API key", request_id)
-        await self._wait(self.delay)
+        asked = body.get("query") if isinstance(body, dict) else None
+        await self._wait(self.query_delays.get(asked, self.delay) if isinstance(asked, str) else self.delay)
         try:
             query, count, search_type, text_chars = _parse(body)
         except BadRequest as exc:

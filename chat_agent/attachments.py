@@ -1,0 +1,217 @@
+"""The attachments of a `message`: checked, stored with the conversation, and turned into
+what the model reads.
+
+Every image is decoded and checked with Pillow before anything else sees it (a bomb, a
+text file named .png or a truncated file is refused here, with a message the client can
+show), stored as a file of the conversation so the image tools and the code interpreter
+can work on it, and sent to the model scaled to the size Claude recommends, labelled with
+its id. Documents are parsed in a limited child process, once: the result is kept beside
+the file. A small document goes into the message whole; a large one as a paragraph that
+tells the model to read it with analyze_document, so a 500-page PDF never floods the context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .documents import DocumentError, ParsedDocument, parse_document, render_for_model
+from .files import FileError, StoredFile
+from .image_fetch import fetch_image
+from .images import ImageError, PreparedImage, prepare_image
+from .protocol import Attachment, DocumentAttachment, ErrorCode, ImageAttachment
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .files import Files
+
+MAX_IMAGES = 20  # per message; the API takes more, but each costs up to ~1,600 tokens
+MAX_DOCUMENTS = 10
+PARSED = "parsed.json"  # the derived blob holding a document's parsed text
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+_DATA_URL = re.compile(r"^data:([\w/+.-]+)?(;[\w=-]+)*;base64,", re.IGNORECASE)
+_FILE_ERRORS: dict[str, ErrorCode] = {"too_large": "too_large", "not_found": "not_found"}
+
+
+class AttachmentError(Exception):
+    """An attachment the server will not use; `message` is safe to show the client."""
+
+    def __init__(self, code: ErrorCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(slots=True)
+class PreparedAttachments:
+    blocks: list[dict[str, Any]] = field(default_factory=list)  # model content, before the user's text
+    visible: list[dict[str, Any]] = field(default_factory=list)  # VisibleMessage.attachments
+
+
+def image_label(file: StoredFile) -> str:
+    """How the model learns an image's id: tools (edit_image, code_interpreter) take it."""
+    size = f", {file.width}×{file.height}" if file.width and file.height else ""
+    return f"[image {file.id}: {file.filename}{size}]"
+
+
+async def image_blocks(data: bytes | PreparedImage, file: StoredFile) -> list[dict[str, Any]]:
+    """An image as the model sees it: its label, then the image scaled to Claude's size."""
+    prepared = data if isinstance(data, PreparedImage) else await asyncio.to_thread(prepare_image, data)
+    return [{"type": "text", "text": image_label(file)},
+            {"type": "image", "source": {"type": "base64", "media_type": prepared.media_type,
+                                         "data": base64.b64encode(prepared.data).decode("ascii")}}]
+
+
+class DocumentLibrary:
+    """Parsed documents, parsed at most once each and a few at a time (each parse is a
+    process of up to several hundred MB)."""
+
+    def __init__(self, files: "Files", *, concurrency: int = 2, timeout: float = 20.0, memory_mb: int = 768):
+        self._files = files
+        self._slots = asyncio.Semaphore(concurrency)
+        self._timeout = timeout
+        self._memory_mb = memory_mb
+
+    async def parsed(self, owner: str, file: StoredFile, data: bytes | None = None) -> ParsedDocument:
+        cached = await self._files.read_derived(owner, file.id, PARSED)
+        if cached is not None:
+            try:
+                return ParsedDocument.from_json(cached.decode("utf-8"))
+            except (ValueError, TypeError, KeyError):
+                pass  # an older or damaged cache: parse again
+        if data is None:
+            file, data = await self._files.read(owner, file.id)
+        async with self._slots:
+            doc = await parse_document(data, file.media_type, file.filename, timeout=self._timeout,
+                                       memory_mb=self._memory_mb)
+        await self._files.write_derived(owner, file.id, PARSED, doc.to_json().encode("utf-8"))
+        return doc
+
+
+class AttachmentReader:
+    """Turns a message's attachments into model blocks and visible summaries."""
+
+    def __init__(self, files: "Files", documents: DocumentLibrary, settings: "Settings"):
+        self._files = files
+        self._documents = documents
+        self._settings = settings
+
+    async def prepare(self, owner: str, conversation_id: str, attachments: list[Attachment]) -> PreparedAttachments:
+        images = [a for a in attachments if isinstance(a, ImageAttachment)]
+        documents = [a for a in attachments if isinstance(a, DocumentAttachment)]
+        if len(images) > MAX_IMAGES or len(documents) > MAX_DOCUMENTS:
+            raise AttachmentError("invalid_attachment", f"A message may carry at most {MAX_IMAGES} images "
+                                                        f"and {MAX_DOCUMENTS} documents.")
+        # All checked concurrently, and all before any is kept: one bad attachment refuses the
+        # message without leaving the others half-attached.
+        results = await asyncio.gather(
+            *(self._image(owner, conversation_id, a, n) for n, a in enumerate(images, 1)),
+            *(self._document(owner, conversation_id, a, n) for n, a in enumerate(documents, 1)),
+            return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        prepared = PreparedAttachments()
+        for blocks, visible in results:  # type: ignore[misc]
+            prepared.blocks.extend(blocks)
+            prepared.visible.append(visible)
+        return prepared
+
+    # ---- images --------------------------------------------------------------------------
+
+    async def _image(self, owner: str, conversation_id: str, attachment: ImageAttachment,
+                     n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        where = f"Image attachment {n}"
+        sources = [s for s in (attachment.url, attachment.upload_id, attachment.data) if s is not None]
+        if len(sources) != 1:
+            raise AttachmentError("invalid_frame", f"{where} needs exactly one of `url`, `uploadId` or `data`.")
+        try:
+            if attachment.upload_id is not None:
+                file, data = await self._files.read(owner, attachment.upload_id)
+                if not file.is_image:
+                    raise AttachmentError("invalid_attachment", f"{where}: upload {file.id} is {file.media_type}, "
+                                                                "not an image; attach it as a document.")
+                blocks = await image_blocks(data, file)
+                await self._files.attach(owner, conversation_id, file.id)
+            else:
+                data, name = (await self._fetch(attachment.url) if attachment.url is not None
+                              else self._decode(attachment, where, n))
+                prepared = await asyncio.to_thread(prepare_image, data)  # refused before anything is stored
+                file = await self._files.save(owner, data, name, source="attachment",
+                                              conversation_id=conversation_id)
+                blocks = await image_blocks(prepared, file)
+        except ImageError as exc:
+            raise AttachmentError("invalid_attachment", f"{where}: {exc}") from None
+        except FileError as exc:
+            raise AttachmentError(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
+        visible = {"type": "image", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
+                   "mediaType": file.media_type, "width": file.width, "height": file.height}
+        return blocks, visible
+
+    async def _fetch(self, url: str) -> tuple[bytes, str]:
+        settings = self._settings
+        data = await fetch_image(url, max_bytes=settings.image_fetch_max_bytes, timeout=settings.image_fetch_timeout)
+        name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "image"
+        return data, name[:120]
+
+    def _decode(self, attachment: ImageAttachment, where: str, n: int) -> tuple[bytes, str]:
+        raw = attachment.data or ""
+        match = _DATA_URL.match(raw)
+        claimed = attachment.media_type or (match.group(1) if match else None)
+        if claimed is not None and claimed.lower() not in IMAGE_TYPES:
+            raise AttachmentError("invalid_attachment", f"{where}: {claimed} is not supported; send PNG, JPEG, "
+                                                        "GIF or WEBP.")
+        if len(raw) > self._settings.upload_max_bytes * 4 // 3 + 4:
+            raise AttachmentError("too_large", f"{where} is larger than {self._settings.upload_max_bytes:,} bytes.")
+        try:
+            data = base64.b64decode(raw[match.end():] if match else raw, validate=True)
+        except (binascii.Error, ValueError):
+            raise AttachmentError("invalid_attachment", f"{where}: `data` is not valid base64.") from None
+        extension = (claimed or "image/png").split("/")[-1].replace("jpeg", "jpg")
+        return data, f"image-{n}.{extension}"
+
+    # ---- documents -----------------------------------------------------------------------
+
+    async def _document(self, owner: str, conversation_id: str, attachment: DocumentAttachment,
+                        n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        where = f"Document attachment {n}"
+        if (attachment.content is None) == (attachment.upload_id is None):
+            raise AttachmentError("invalid_frame", f"{where} needs exactly one of `content` or `uploadId`.")
+        limit = self._settings.document_inline_chars
+        try:
+            if attachment.content is not None:
+                name = attachment.filename or "document"
+                if len(attachment.content) <= limit:  # the client's own text, small: nothing to store
+                    text = f"<document filename={json.dumps(name, ensure_ascii=False)}>\n{attachment.content}\n</document>"
+                    return [{"type": "text", "text": text}], {"type": "document", "filename": name,
+                                                              "chars": len(attachment.content)}
+                file = await self._files.save(owner, attachment.content.encode("utf-8"), _text_name(name),
+                                              source="attachment", conversation_id=conversation_id)
+                doc = await self._documents.parsed(owner, file, attachment.content.encode("utf-8"))
+            else:
+                file, data = await self._files.read(owner, attachment.upload_id or "")
+                if file.is_image:
+                    raise AttachmentError("invalid_attachment", f"{where}: upload {file.id} is an image; attach it "
+                                                                "as an image.")
+                doc = await self._documents.parsed(owner, file, data)
+                await self._files.attach(owner, conversation_id, file.id)
+        except DocumentError as exc:
+            raise AttachmentError("invalid_attachment", f"{where}: {exc}") from None
+        except FileError as exc:
+            raise AttachmentError(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
+        text = f"[document {file.id}]\n{render_for_model(doc, inline_limit=limit)}"
+        visible = {"type": "document", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
+                   "mediaType": file.media_type, "size": file.size, "parts": len(doc.parts), "unit": doc.unit,
+                   "chars": doc.chars}
+        return [{"type": "text", "text": text}], visible
+
+
+def _text_name(name: str) -> str:
+    """Text the client extracted is stored as text, whatever the original file was."""
+    lower = name.lower()
+    return name if lower.endswith((".txt", ".md", ".markdown", ".csv")) else f"{name}.txt"
