@@ -16,7 +16,6 @@ caller's job (`images.prepare_image`).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -29,6 +28,7 @@ import httpx
 from .config import Settings
 from .image_fetch import fetch_image
 from .images import ImageError
+from .per_loop import PerLoop
 
 TIMEOUT = 180.0  # seconds for one answer: a large, high-quality gpt-image render takes over a minute
 CONNECT_TIMEOUT = 10.0
@@ -77,9 +77,7 @@ class ImageApi:
         self._timeout = timeout
         self._fetch_max_bytes = settings.image_fetch_max_bytes
         self._fetch_timeout = settings.image_fetch_timeout
-        # Made now, not in the middle of a turn: making one loads the CA bundle (~90 ms).
-        self._client = self._new_client()
-        self._loop: asyncio.AbstractEventLoop | None = None  # None: not used yet
+        self._clients = PerLoop(self._new_client)
 
     @property
     def model(self) -> str:
@@ -117,7 +115,7 @@ class ImageApi:
 
     async def _post(self, path: str, request: dict[str, Any]) -> tuple[int, bytes]:
         headers = {"Authorization": f"Bearer {self._key}", "Accept": "application/json"}
-        async with self._http().stream("POST", self._base + path, headers=headers, **request) as response:
+        async with self._clients.get().stream("POST", self._base + path, headers=headers, **request) as response:
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
@@ -146,20 +144,13 @@ class ImageApi:
                 raise ImageApiError(f"Could not download the image the API made: {exc}") from exc
         raise ImageApiError("The image API answered without an image.")
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None:  # another loop (tests): its connections are not ours
-                self._client = self._new_client()
-            self._loop = loop
-        return self._client
-
     def _new_client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(timeout=httpx.Timeout(self._timeout, connect=CONNECT_TIMEOUT))
 
     async def aclose(self) -> None:
-        if self._loop is asyncio.get_running_loop():
-            await self._client.aclose()
+        client = self._clients.used_here()
+        if client is not None:
+            await client.aclose()
 
 
 def _decode_json(raw: bytes) -> Any:

@@ -71,6 +71,22 @@ def fake_images() -> Iterator[FakeImages]:
         yield images
 
 
+# One server per session; these give a test it clean, and clean it again afterwards so
+# a delay or an unused failure a test left cannot reach the end-to-end tests sharing it.
+@pytest.fixture
+def exa(fake_exa: FakeExa) -> Iterator[FakeExa]:
+    fake_exa.reset()
+    yield fake_exa
+    fake_exa.reset()
+
+
+@pytest.fixture
+def images_api(fake_images: FakeImages) -> Iterator[FakeImages]:
+    fake_images.reset()
+    yield fake_images
+    fake_images.reset()
+
+
 def server_env(fake_anthropic: FakeAnthropic, fake_exa: FakeExa, **extra: str) -> dict[str, str]:
     return {"ANTHROPIC_BASE_URL": fake_anthropic.base_url, "ANTHROPIC_API_KEY": fake_anthropic.api_key,
             "EXA_BASE_URL": fake_exa.base_url, "EXA_API_KEY": fake_exa.api_key,

@@ -12,7 +12,7 @@ import pytest
 
 from chat_agent.client import ChatError, ProtocolMismatch, TurnDone, parse_frame
 from chat_agent.client.cli import build_parser, exit_code, settings_from
-from chat_agent.client.render import (CLEAR_LINE, Out, Style, TurnRenderer, banner, frame_json,
+from chat_agent.client.render import (tool_summary, CLEAR_LINE, Out, Style, TurnRenderer, banner, frame_json,
                                       render_history, token_bar)
 from chat_agent.client.sequencer import SeqOrderer
 from chat_agent.client.turn import Receive, collect_turn
@@ -342,3 +342,18 @@ def test_options_and_their_environment_defaults() -> None:
     defaults = build_parser({}).parse_args([])
     assert defaults.url == "ws://127.0.0.1:8000/api/chat-agent" and defaults.token is None
     assert settings_from(defaults) == {"webSearch": True, "thinking": False}
+
+
+def test_tool_cards_show_where_made_files_are():
+    image = {"imageId": "file_1", "url": "/api/uploads/file_1", "width": 1024, "height": 768}
+    assert "1024×768 /api/uploads/file_1" in tool_summary("generate_image", image, False, 2.0, Style())
+    code = {"stdout": "", "files": [{"url": "/api/uploads/file_2", "width": 10, "height": 20}]}
+    assert "10×20 /api/uploads/file_2" in tool_summary("code_interpreter", code, False, 0.5, Style())
+    research = {"report": "…", "sources": [{"n": 1, "title": "T", "url": "https://a.example/x"}]}
+    assert "[1] https://a.example/x" in tool_summary("deep_research", research, False, 9.0, Style())
+    assert tool_summary("reflect", "ok", False, 0.1, Style()).count("\n") == 0
+
+
+def test_research_flag_asks_for_deep_research():
+    args = build_parser({}).parse_args(["--research", "--attach", "a.pdf", "--attach", "b.png"])
+    assert settings_from(args)["enableDeepResearch"] is True and args.attach == ["a.pdf", "b.png"]

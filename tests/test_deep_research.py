@@ -13,6 +13,7 @@ from chat_agent.config import Settings
 from chat_agent.llm import ModelClient
 from chat_agent.research import Source, cite, parse_queries
 from chat_agent.tools import ToolAvailability, ToolRegistry, ToolResult, ToolUnavailable
+from tests.cancelling import cancel_within
 from tests.fakes.anthropic_fake import FakeAnthropic, Fault, Reply
 from tests.fakes.exa_fake import FakeExa, page
 from tools import build_registry, deep_research
@@ -40,18 +41,6 @@ def anthropic_server() -> Iterator[FakeAnthropic]:
 def llm(anthropic_server: FakeAnthropic) -> FakeAnthropic:
     anthropic_server.clear()
     return anthropic_server
-
-
-@pytest.fixture(scope="module")
-def exa_server() -> Iterator[FakeExa]:
-    with FakeExa() as fake:
-        yield fake
-
-
-@pytest.fixture
-def exa(exa_server: FakeExa) -> FakeExa:
-    exa_server.reset()
-    return exa_server
 
 
 @pytest.fixture
@@ -230,11 +219,7 @@ async def test_abort_during_the_searches_stops_at_once(llm: FakeAnthropic, exa: 
     task = asyncio.create_task(run(registry_for(settings_for(llm, exa)), model))
     while len(exa.requests) < 3:
         await asyncio.sleep(0.01)
-    began = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - began < 1.0
+    await cancel_within(task, 1.0)
     assert [r["model"] for r in llm.requests] == [SMALL]
 
 
@@ -244,11 +229,7 @@ async def test_abort_while_writing_closes_the_model_call(llm: FakeAnthropic, exa
     task = asyncio.create_task(run(registry_for(settings_for(llm, exa)), model))
     while not [r for r in llm.requests if r.get("model") == MAIN and r.events_sent >= 3]:
         await asyncio.sleep(0.01)
-    began = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - began < 1.0
+    await cancel_within(task, 1.0)
     (writer,) = [r for r in llm.requests if r["model"] == MAIN]
     await asyncio.to_thread(writer.finished.wait, 2)
     assert writer.disconnected
@@ -321,8 +302,8 @@ def test_unavailable_without_exa(anthropic_server: FakeAnthropic) -> None:
     assert ToolAvailability("deep_research", False, "EXA_API_KEY is not set") in registry.availability()
 
 
-def test_schema_and_timeout(anthropic_server: FakeAnthropic, exa_server: FakeExa) -> None:
-    settings = settings_for(anthropic_server, exa_server, research_timeout=100.0)
+def test_schema_and_timeout(anthropic_server: FakeAnthropic, fake_exa: FakeExa) -> None:
+    settings = settings_for(anthropic_server, fake_exa, research_timeout=100.0)
     tool = deep_research.build(settings)
     assert tool.metadata == {"timeout": 130.0}
     registry = ToolRegistry()

@@ -9,6 +9,7 @@ import sys
 
 from chat_agent.client import ChatClient
 from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
+from tests.samples import make_pdf, make_png
 from tests.support import ROOT, ServerProcess
 
 
@@ -30,6 +31,35 @@ def test_scripted_error_exits_non_zero(server, fake_anthropic):
     result = run_client(server, "--message", "fail please")
     assert result.returncode == 1
     assert "llm_error" in result.stderr
+
+
+def test_attachments_from_the_command_line(server, fake_anthropic, tmp_path):
+    pdf, png = tmp_path / "minutes.pdf", tmp_path / "chart.png"
+    pdf.write_bytes(make_pdf([["The board met on Monday."]]))
+    png.write_bytes(make_png())
+    fake_anthropic.enqueue(Reply("They met on Monday; the chart is red."))
+    result = run_client(server, "--attach", str(pdf), "--attach", str(png), "--message", "summarize")
+    assert result.returncode == 0, result.stderr
+    assert "They met on Monday" in result.stdout
+    content = fake_anthropic.last_main.body["messages"][-1]["content"]
+    assert "The board met on Monday." in str(content) and any(b["type"] == "image" for b in content)
+    (tmp_path / "fake.png").write_text("not an image")
+    refused = run_client(server, "--attach", str(tmp_path / "fake.png"), "--message", "look")
+    assert refused.returncode == 1 and "fake.png" in refused.stderr and "HTTP 415" in refused.stderr
+    missing = run_client(server, "--attach", str(tmp_path / "nope.pdf"), "--message", "look")
+    assert missing.returncode == 1 and "cannot read" in missing.stderr
+
+
+def test_attach_in_an_interactive_session(server, fake_anthropic, tmp_path):
+    doc = tmp_path / "notes.md"
+    doc.write_text("# Notes\nThe launch is on Friday.\n")
+    fake_anthropic.enqueue(Reply("Friday."), Reply("No attachment this time."))
+    result = run_client(server, stdin=f"/attach {doc}\nwhen is the launch?\nand now?\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    assert "attached" in result.stdout and "Friday." in result.stdout
+    first, second = fake_anthropic.main_bodies[-2:]
+    assert "The launch is on Friday." in str(first["messages"][-1]["content"])
+    assert "The launch is on Friday." not in str(second["messages"][-1]["content"])
 
 
 def test_unreachable_server_exits_2(tmp_path):

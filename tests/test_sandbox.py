@@ -20,6 +20,8 @@ import pytest
 from PIL import Image
 
 from chat_agent.sandbox import SandboxFile, SandboxLimits, SandboxResult, probe, run_python
+from tests.cancelling import cancel_within
+from tests.processes import alive, cmdline, ours, wait_for_tree
 
 REASON = probe()
 REQUIRED = bool(os.environ.get("CHAT_AGENT_REQUIRE_SERVICES"))
@@ -255,11 +257,7 @@ async def test_cancelling_kills_everything_at_once(monkeypatch: pytest.MonkeyPat
     tree = await wait_for_tree(lambda pids: sum(cmdline(p).startswith("sleep") for p in pids) == 3)
     tree = [pid for pid in tree if pid not in before]
     assert [p.name for p in tmp_path.iterdir()][0].startswith("chat-agent-sandbox-")
-    started = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - started < 0.5
+    await cancel_within(task, 0.5)
     assert len(tree) >= 5 and [pid for pid in tree if alive(pid)] == []  # bwrap, its PID 1, python, 3 sleeps
     assert ours() == before
     assert list(tmp_path.iterdir()) == []
@@ -279,48 +277,3 @@ async def test_unsandboxed_keeps_limits_env_and_temp_dir(monkeypatch: pytest.Mon
     assert result.stdout == "None\n" and "MemoryError" in result.stderr
     [out] = result.files
     assert "chat-agent-sandbox-" in out.data.decode() and not os.path.exists(out.data.decode())
-
-
-# Processes, read from /proc (psutil is not a test dependency).
-
-
-def stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    fields = stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def descendants(root: int) -> list[int]:
-    parents = {int(p): int(f[1]) for p in os.listdir("/proc") if p.isdigit() and (f := stat(int(p))) and alive(int(p))}
-    found, frontier = [], {root}
-    while frontier:
-        frontier = {pid for pid, parent in parents.items() if parent in frontier}
-        found += sorted(frontier)
-    return found
-
-
-def ours() -> set[int]:
-    """This test process's live descendants (a session's server, say, or the sandbox)."""
-    return set(descendants(os.getpid()))
-
-
-async def wait_for_tree(ready, timeout: float = 5) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if ready(tree := descendants(os.getpid())):
-            return tree
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"the sandbox did not start: {[cmdline(p) for p in descendants(os.getpid())]}")

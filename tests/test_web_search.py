@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
-from collections.abc import Iterator
 
 import httpx
 import pytest
 
 from chat_agent.config import Settings
 from chat_agent.tools import ToolAvailability, ToolRegistry, ToolResult
+from tests.cancelling import cancel_within
 from tests.fakes.exa_fake import FakeExa, page, page_text
 from tools import build_registry, web_search
 
 QUERY = "rust async runtimes compared"
-
-
-@pytest.fixture(scope="module")
-def exa_server() -> Iterator[FakeExa]:
-    with FakeExa() as fake:
-        yield fake
-
-
-@pytest.fixture
-def exa(exa_server: FakeExa) -> FakeExa:
-    exa_server.reset()
-    return exa_server
 
 
 def settings_for(exa: FakeExa, **overrides: object) -> Settings:
@@ -141,11 +128,7 @@ async def test_abort_during_a_search_returns_at_once(exa: FakeExa) -> None:
     task = asyncio.create_task(search(registry, statuses=statuses))
     while not exa.requests:  # the request reached Exa
         await asyncio.sleep(0.01)
-    began = time.monotonic()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert time.monotonic() - began < 0.2
+    await cancel_within(task, 0.2)
 
 
 def test_unavailable_without_a_key() -> None:

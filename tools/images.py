@@ -84,6 +84,7 @@ def _api(settings: Settings) -> ImageApi:
 def build_generate(settings: Settings) -> BaseTool:
     api = _api(settings)
 
+    @_timed
     @tool(GENERATE_NAME, description=GENERATE, response_format="content_and_artifact")
     async def generate_image(
         prompt: Annotated[str, Field(min_length=1, max_length=32_000, description="What to draw, in detail.")],
@@ -106,16 +107,15 @@ def build_generate(settings: Settings) -> BaseTool:
         said = f"Generated {made.label} from the prompt “{prompt}”"
         if reference_image_id:
             said += f", with image {reference_image_id} as reference"
-            made.output["referenceImageId"] = reference_image_id
-        return made.content(said), made.output
+        return made.answer(said, referenceImageId=reference_image_id)
 
-    generate_image.metadata = {"timeout": TOOL_TIMEOUT}
     return generate_image
 
 
 def build_edit(settings: Settings) -> BaseTool:
     api = _api(settings)
 
+    @_timed
     @tool(EDIT_NAME, description=EDIT, response_format="content_and_artifact")
     async def edit_image(
         image_id: Annotated[str, Field(min_length=1, description="Id of the image to edit.")],
@@ -148,11 +148,15 @@ def build_edit(settings: Settings) -> BaseTool:
             said += f"; only the region x={r.x:g}, y={r.y:g}, width={r.width:g}, height={r.height:g} was to change"
         elif mask_id:
             said += f"; only the area left transparent by mask {mask_id} was to change"
-        made.output["sourceImageId"] = image_id
-        return made.content(said), made.output
+        return made.answer(said, sourceImageId=image_id)
 
-    edit_image.metadata = {"timeout": TOOL_TIMEOUT}
     return edit_image
+
+
+def _timed(image_tool: BaseTool) -> BaseTool:
+    """Sets the timeout the registry gives the tool (set on both, so they cannot drift apart)."""
+    image_tool.metadata = {"timeout": TOOL_TIMEOUT}
+    return image_tool
 
 
 def _files(ctx: ToolContext) -> ConversationFiles:
@@ -301,8 +305,11 @@ class _Made:
     block: dict[str, Any]
     output: dict[str, Any]
 
-    def content(self, said: str) -> list[dict[str, Any]]:
-        return [{"type": "text", "text": said + "."}, self.block]
+    def answer(self, said: str, **from_ids: str | None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        """The tool's (content, artifact): `said` and the image for the model; for the UI, the
+        output plus the ids of the images it was made from (those given)."""
+        self.output.update({key: value for key, value in from_ids.items() if value})
+        return [{"type": "text", "text": said + "."}, self.block], self.output
 
 
 async def _store(ctx: ToolContext, files: ConversationFiles, data: bytes, prompt: str, kind: str) -> _Made:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from typing import TYPE_CHECKING, Annotated, Any
@@ -12,6 +11,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
 from chat_agent.config import Settings
+from chat_agent.per_loop import PerLoop
 from chat_agent.tools import ToolContext, ToolUnavailable
 
 if TYPE_CHECKING:
@@ -78,13 +78,12 @@ class ExaSearch:
         self._api_key = settings.exa_api_key
         self._base_url = (settings.exa_base_url or "https://api.exa.ai").rstrip("/")  # exa-py appends "/search"
         self._timeout = settings.tool_timeout
-        self._client = self._new_client()
-        self._loop: asyncio.AbstractEventLoop | None = None  # None: not used yet
+        self._clients = PerLoop(self._new_client)
 
     async def search(self, query: str, *, num_results: int = NUM_RESULTS, text_chars: int = TEXT_CHARS) -> list[Result]:
         """The top pages for `query`, each with the start of its text; WebSearchError on failure."""
         try:
-            response = await self._exa().search(
+            response = await self._clients.get().search(
                 query,
                 num_results=num_results,
                 type=SEARCH_TYPE,
@@ -97,14 +96,6 @@ class ExaSearch:
         except httpx.TransportError as exc:  # no connection, or it broke mid-way
             raise WebSearchError(f"could not reach Exa: {exc}") from exc
         return list(response.results)
-
-    def _exa(self) -> AsyncExa:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            if self._loop is not None:  # another loop (tests): its connections are not ours
-                self._client = self._new_client()
-            self._loop = loop
-        return self._client
 
     def _new_client(self) -> AsyncExa:
         client = self._client_class(self._api_key, api_base=self._base_url, timeout=self._timeout)

@@ -21,10 +21,12 @@ from .connection import DEFAULT_URL, ChatClient
 from .console import LineReader, Output, SigintRouter
 from .errors import ChatError, ClientError, ConnectError, ConnectionLost
 from .render import Style, TurnRenderer, banner, frame_json, render_history
+from .uploads import UploadError, upload
 
 EXIT_OK, EXIT_FAILED, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 130
 OK_STOPS = frozenset({"end_turn", "max_tokens", "max_steps"})
 HELP = """commands:
+  /attach PATH  upload a file (image, PDF, DOCX, TXT, MD, CSV) and attach it to your next message
   /clear   empty this conversation's history (the artifact and memories stay)
   /id      print the conversation id
   /help    this list
@@ -50,11 +52,16 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--thinking", action="store_true", help="ask for extended thinking")
     parser.add_argument("--no-web-search", action="store_true", help="do not offer web search")
     parser.add_argument("--model", help="a model the server allows")
+    parser.add_argument("--attach", action="append", default=[], metavar="PATH",
+                        help="upload a file and attach it to the message (repeatable)")
+    parser.add_argument("--research", action="store_true", help="offer deep research to the model")
     return parser
 
 
 def settings_from(args: argparse.Namespace) -> dict[str, Any]:
     settings: dict[str, Any] = {"webSearch": not args.no_web_search, "thinking": args.thinking}
+    if args.research:
+        settings["enableDeepResearch"] = True
     if args.model:
         settings["model"] = args.model
     return settings
@@ -123,12 +130,18 @@ async def run(args: argparse.Namespace, ui: Ui) -> int:
 async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
     if args.json and client.session is not None:
         ui.show(client.session)
-    return await one_turn(client, args.message, settings_from(args), ui)
+    try:
+        attachments = [await upload(args.url, args.token, path) for path in args.attach]
+    except UploadError as exc:
+        print(f"chat-agent-client: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return await one_turn(client, args.message, settings_from(args), ui, attachments)
 
 
-async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui) -> int:
+async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui,
+                   attachments: list[dict[str, Any]] | None = None) -> int:
     """Run a turn; the first Ctrl-C sends `abort`, a second one stops waiting."""
-    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=ui.show))
+    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=ui.show, attachments=attachments or None))
     aborts: list[asyncio.Task[None]] = []
 
     def on_sigint() -> None:
@@ -167,6 +180,7 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
         if tty:
             ui.out.info.write(banner(session, ui.renderer.style) + "\n")
     reader, settings = LineReader(), settings_from(args)
+    attachments: list[dict[str, Any]] = []
     prompt = ui.renderer.style.bold("you › ") if tty else ""
     while True:
         await drain(client, ui)
@@ -178,11 +192,28 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
                 ui.out.info.write("\n")
             return EXIT_OK
         text = line.strip()
-        if text.startswith("/"):
+        if text.startswith("/attach"):
+            await attach(args, text, attachments, ui)
+        elif text.startswith("/"):
             if await command(client, text, ui):
                 return EXIT_OK
-        elif text and await one_turn(client, text, settings, ui) == EXIT_INTERRUPTED:
-            return EXIT_INTERRUPTED
+        elif text:
+            sent, attachments = attachments, []
+            if await one_turn(client, text, settings, ui, sent) == EXIT_INTERRUPTED:
+                return EXIT_INTERRUPTED
+
+
+async def attach(args: argparse.Namespace, text: str, attachments: list[dict[str, Any]], ui: Ui) -> None:
+    path = text[len("/attach"):].strip()
+    if not path:
+        ui.note("usage: /attach PATH")
+        return
+    try:
+        attachments.append(await upload(args.url, args.token, path))
+    except UploadError as exc:
+        ui.note(str(exc))
+        return
+    ui.note(f"attached {path} ({attachments[-1]['type']}); it goes with your next message")
 
 
 async def drain(client: ChatClient, ui: Ui) -> None:

@@ -107,8 +107,21 @@ def tool_summary(name: str, output: Any, is_error: bool, duration: float | None,
     if is_error:
         return f"  {style.red('✗')} {name}{took} {style.red(error_text(output))}"
     lines = [f"  {style.green('✓')} {name}{took}"]
-    lines += [f"    {style.dim(line)}" for line in search_results(output)]
+    lines += [f"    {style.dim(line)}" for line in search_results(output) + file_lines(output)]
     return "\n".join(lines)
+
+
+def file_lines(output: Any) -> list[str]:
+    """Where to fetch what a tool made: an image's URL, each file code wrote, research sources."""
+    if not isinstance(output, dict):
+        return []
+    made = [output] if isinstance(output.get("url"), str) else []
+    made += [f for f in output.get("files") or [] if isinstance(f, dict) and isinstance(f.get("url"), str)]
+    lines = [f"{f.get('width')}×{f.get('height')} {f['url']}" if f.get("width") else f["url"] for f in made]
+    sources = output.get("sources")
+    if isinstance(sources, list):
+        lines += [f"[{s.get('n')}] {s.get('url')}" for s in sources[:MAX_RESULTS] if isinstance(s, dict)]
+    return lines
 
 
 def artifact_line(artifact: ArtifactState, style: Style) -> str:

@@ -17,22 +17,18 @@ response with `requestId`, `resolvedSearchType`, `results[]` (`id`, `url`,
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import re
-import socket
-import threading
-import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+
+from tests.fakes.loopback import LoopbackServer
 
 DEFAULT_TEXT_CHARS = 10_000  # Exa's default when text is requested without a limit
 PAGE_CHARS = 12_000  # longer than any limit the tests ask for, so capping shows
@@ -60,21 +56,16 @@ class BadRequest(Exception):
     pass
 
 
-class FakeExa:
+class FakeExa(LoopbackServer):
+    name = "Exa"
+
     def __init__(self, *, api_key: str = "exa-test-key", delay: float = 0.0) -> None:
+        super().__init__()
         self.api_key = api_key
         self.delay = delay
         self.query_delays: dict[str, float] = {}  # by query, instead of `delay`
         self.requests: list[RecordedRequest] = []
         self._failures: deque[tuple[int, str | None]] = deque()
-        self._closing = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
 
     def fail_next(self, status: int, message: str | None = None, *, times: int = 1) -> None:
         """Answer the next `times` requests with `status` and an Exa error body."""
@@ -87,27 +78,8 @@ class FakeExa:
         self.delay = 0.0
         self.query_delays.clear()
 
-    def __enter__(self) -> FakeExa:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # proto set: asyncio turns Nagle off only then
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        app = Starlette(routes=[Route("/search", self._search, methods=["POST"])])
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake Exa server did not start")
-            time.sleep(0.005)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closing.set()  # wakes delayed handlers so shutdown does not wait them out
-        assert self._server is not None and self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+    def routes(self) -> list[Route]:
+        return [Route("/search", self._search, methods=["POST"])]
 
     async def _search(self, request: Request) -> JSONResponse:
         raw = (await request.body()).decode("utf-8", "replace")
@@ -132,11 +104,6 @@ class FakeExa:
         except BadRequest as exc:
             return _error(400, str(exc), request_id)
         return JSONResponse(_response(request_id, query, count, search_type, text_chars))
-
-    async def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._closing.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
 
 def _error(status: int, message: str, request_id: str) -> JSONResponse:

@@ -28,25 +28,22 @@ size) and answers with REAL PNGs made with Pillow, predictable from the request:
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import io
 import json
-import socket
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from PIL import Image
-from starlette.applications import Starlette
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from tests.fakes.loopback import LoopbackServer
 
 SIZES = ("1024x1024", "1024x1536", "1536x1024")
 MAX_IMAGE_BYTES = 50 * 1024 * 1024
@@ -88,8 +85,11 @@ class OpenAIError(Exception):
         self.message, self.param, self.code, self.status = message, param, code, status
 
 
-class FakeImages:
+class FakeImages(LoopbackServer):
+    name = "images"
+
     def __init__(self, *, api_key: str = "sk-images-test", delay: float = 0.0) -> None:
+        super().__init__()
         self.api_key = api_key
         self.delay = delay
         self.answer_with_url = False
@@ -97,15 +97,11 @@ class FakeImages:
         self._failures: deque[tuple[int, str | None]] = deque()
         self._payloads: deque[bytes] = deque()
         self._served: dict[str, bytes] = {}
-        self._closing = threading.Event()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._port = 0
 
     @property
     def base_url(self) -> str:
         """Like "https://api.openai.com/v1": the paths are appended to it."""
-        return f"http://127.0.0.1:{self._port}/v1"
+        return f"{super().base_url}/v1"
 
     def fail_next(self, status: int, message: str | None = None, *, times: int = 1) -> None:
         """Answer the next `times` requests with `status` and OpenAI's error body."""
@@ -123,31 +119,12 @@ class FakeImages:
         self.delay = 0.0
         self.answer_with_url = False
 
-    def __enter__(self) -> FakeImages:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.bind(("127.0.0.1", 0))
-        self._port = sock.getsockname()[1]
-        app = Starlette(routes=[
+    def routes(self) -> list[Route]:
+        return [
             Route("/v1/images/generations", self._generations, methods=["POST"]),
             Route("/v1/images/edits", self._edits, methods=["POST"]),
             Route("/v1/files/{name}", self._file, methods=["GET"]),
-        ])
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the fake images server did not start")
-            time.sleep(0.005)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._closing.set()
-        assert self._server is not None and self._thread is not None
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
+        ]
 
     # --- endpoints ----------------------------------------------------------------------
 
@@ -213,11 +190,6 @@ class FakeImages:
                 data.append({"b64_json": base64.b64encode(image).decode("ascii")})
         return JSONResponse({"created": int(time.time()), "background": "opaque", "data": data,
                              "output_format": "png", "quality": "medium", "size": size, "usage": usage})
-
-    async def _wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._closing.is_set() and time.monotonic() < deadline:
-            await asyncio.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
 
 # --- what the fake makes ----------------------------------------------------------------

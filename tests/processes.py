@@ -1,0 +1,51 @@
+"""This test process's descendants, read from /proc (psutil is not a test dependency):
+for tests that check a sandbox leaves no process behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+
+
+def stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    fields = stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def descendants(root: int) -> list[int]:
+    parents = {int(p): int(f[1]) for p in os.listdir("/proc") if p.isdigit() and (f := stat(int(p))) and alive(int(p))}
+    found, frontier = [], {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier}
+        found += sorted(frontier)
+    return found
+
+
+def ours() -> set[int]:
+    """This test process's live descendants (a session's server, say, or the sandbox)."""
+    return set(descendants(os.getpid()))
+
+
+async def wait_for_tree(ready, timeout: float = 5) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ready(tree := descendants(os.getpid())):
+            return tree
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the sandbox did not start: {[cmdline(p) for p in descendants(os.getpid())]}")
