@@ -124,7 +124,8 @@ class Connection:
                 continue
             size = len(text) if text.isascii() else len(text.encode())
             if size > limit:
-                self._local_error("too_large", f"The frame has {size} bytes; the limit is {limit}.")
+                self._local_error("too_large", f"The frame has {size} bytes; the limit is {limit}. Send large "
+                                               "files with POST /api/uploads and attach them by uploadId.")
                 continue
             await self._handle(text)
 

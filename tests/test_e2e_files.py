@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import random
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -235,3 +236,17 @@ async def test_hostile_attachments_get_clear_errors(server, fake_anthropic, loca
     assert [m["content"] for m in messages] == ["hello?", "still here"]
     await ws.close()
 
+
+
+async def test_an_image_too_big_for_a_frame_points_to_uploads(server, fake_anthropic):
+    ws, _ = await connect(server)
+    noise = Image.frombytes("RGB", (700, 700), random.Random(7).randbytes(700 * 700 * 3))
+    out = io.BytesIO()
+    noise.save(out, "PNG")
+    assert len(out.getvalue()) > 800_000  # over 1 MiB once base64-encoded
+    await send(ws, type="message", content="look",
+               attachments=[{"type": "image", "data": base64.b64encode(out.getvalue()).decode()}])
+    error = await recv(ws)
+    assert error["code"] == "too_large" and "/api/uploads" in error["message"]
+    await still_serves(ws, fake_anthropic)
+    await ws.close()
