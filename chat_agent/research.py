@@ -4,7 +4,8 @@ The pipeline knows nothing of Exa or of tools: it is handed a `search` function,
 client and a progress callback. One deadline bounds it all. The gathering stages (plan,
 search) stop early enough to leave the writer its share of the time, and write from what
 they found; if even the writer runs out of time, the report is the list of pages read.
-Cancellation (abort) passes straight through every stage.
+Cancellation (abort) passes straight through every stage. The report's citations are
+checked and renumbered, and its Sources list added, by `citations.cite`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from .citations import Source, cite, one_line
 from .events import TextDelta
 from .llm import LLMError, ModelClient, ModelReply, ModelRequest
 
@@ -54,13 +56,6 @@ class Limits:
     timeout: float  # seconds for the whole research
     total_chars: int = 48_000  # of page text given to the writer
     page_chars: int = 6_000
-
-
-@dataclass(frozen=True, slots=True)
-class Source:
-    n: int
-    title: str
-    url: str
 
 
 @dataclass(slots=True)
@@ -289,60 +284,15 @@ async def _write(question: str, pages: list[Page], model: ModelClient, name: str
     return text
 
 
-# -- citations ------------------------------------------------------------------------------
-
-# [3], [1, 4], [2-5], and [3](url) which some models write for a citation.
-_CITATION = re.compile(r"( ?)\[(\d{1,3}(?:\s*(?:,|;|-|–)\s*\d{1,3})*)\](?:\([^()\s]*\))?")
-_SOURCES_HEADING = re.compile(
-    r"^[ \t]*(?:#{1,6}[ \t]*)?(?:\*\*|__)?(?:sources|references|bibliography|works cited)(?:\*\*|__)?[ \t]*:?[ \t]*"
-    r"(?:\*\*|__)?[ \t]*$", re.IGNORECASE | re.MULTILINE)  # fmt: skip
-
-
-def cite(text: str, sources: list[Source], notes: list[str]) -> tuple[str, list[Source]]:
-    """The report with valid citations only, renumbered in order of first use, and our own Sources list.
-
-    The model's own source list (if it wrote one) is dropped: ours has the exact titles and URLs.
-    """
-    headings = list(_SOURCES_HEADING.finditer(text))
-    body = text[: headings[-1].start()].rstrip() if headings else text
-    order: dict[int, int] = {}  # source number → number in the report
-    bad: set[int] = set()
-
-    def renumber(match: re.Match[str]) -> str:
-        numbers = _numbers(match[2])
-        bad.update(n for n in numbers if not 1 <= n <= len(sources))
-        kept = [order.setdefault(n, len(order) + 1) for n in numbers if 1 <= n <= len(sources)]
-        return match[1] + "".join(f"[{n}]" for n in sorted(set(kept))) if kept else ""
-
-    body = _CITATION.sub(renumber, body)
-    if bad:
-        notes.append(f"Removed citations of sources that do not exist: {', '.join(f'[{n}]' for n in sorted(bad))}.")
-    if order:
-        cited = [Source(new, sources[old - 1].title, sources[old - 1].url) for old, new in order.items()]
-    else:
-        notes.append("The report cites none of its sources; all the pages read are listed.")
-        cited = list(sources)
-    return body + "\n\n" + sources_section(cited), cited
-
-
-def _numbers(group: str) -> list[int]:
-    numbers: list[int] = []
-    for part in re.split(r"\s*[,;]\s*", group.strip()):
-        ends = [int(x) for x in re.split(r"\s*[-–]\s*", part)]
-        numbers += list(range(ends[0], ends[-1] + 1)) if len(ends) == 2 and 0 < ends[1] - ends[0] < 20 else ends
-    return numbers
-
-
-def sources_section(sources: list[Source]) -> str:
-    return "## Sources\n\n" + "\n".join(f"- [{s.n}] {_one_line(s.title)} — {s.url}" for s in sources)
+# -- when no report could be written --------------------------------------------------------
 
 
 def _page_list(pages: list[Page]) -> str:
     """What the research has when no report could be written: the pages, each with its start."""
     parts = ["# Sources found (no report: the research ran out of time)"]
     for n, page in enumerate(pages, 1):
-        excerpt = _one_line(_shorten(page.text, EXCERPT_CHARS))
-        parts.append(f"[{n}] {_one_line(page.title)} — {page.url}\n\n> {excerpt}")
+        excerpt = one_line(_shorten(page.text, EXCERPT_CHARS))
+        parts.append(f"[{n}] {one_line(page.title)} — {page.url}\n\n> {excerpt}")
     return "\n\n".join(parts)
 
 
@@ -351,10 +301,6 @@ def _page_list(pages: list[Page]) -> str:
 
 def _today() -> str:
     return datetime.date.today().isoformat()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _plural(count: int, one: str, many: str | None = None) -> str:

@@ -11,7 +11,7 @@ the server's home, data dir, environment or network. The sandbox has its own net
 (only its own loopback), PID, IPC, UTS and cgroup namespaces and an environment of PATH, HOME, LANG
 and PYTHONDONTWRITEBYTECODE only. /tmp and /dev/shm are tmpfs of `file_mb` each; the rest
 of its tree is read-only. Cancelling `run_python` SIGKILLs the sandbox and removes the temp
-dir at once.
+dir at once (waiting and killing: `sandbox_process`).
 
 Limits are set by `prlimit` inside the sandbox, so they bind the code but not bwrap:
 RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE and RLIMIT_NPROC all survive into the program. The
@@ -36,6 +36,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .sandbox_process import kill_sandbox, supervise
 
 WORK = "/mnt/data"  # where the code sees its files; the path code interpreters conventionally use
 CODE_NAME = ".main.py"  # hidden, so never returned as an output
@@ -114,10 +116,10 @@ async def run_python(
             cwd=work, env=env, start_new_session=True,
         )
         try:
-            exit_code, timed_out, stdout, stderr = await _supervise(proc, limits)
+            exit_code, timed_out, stdout, stderr = await supervise(proc, limits.wall_seconds, limits.output_chars)
         finally:
             if proc.returncode is None:  # cancelled: kill it at once, nothing of it outlives this call
-                await _kill(proc)
+                await kill_sandbox(proc)
         outputs, skipped = _collect(work, inputs, limits)
         stderr += _notes(exit_code, timed_out, limits, skipped)
         return SandboxResult(exit_code, stdout, stderr, timed_out, outputs)
@@ -252,80 +254,6 @@ def _own(work: Path) -> int:
     os.chown(work, uid, 0)
     os.chmod(work, 0o750)
     return uid
-
-
-async def _supervise(proc: asyncio.subprocess.Process, limits: SandboxLimits) -> tuple[int | None, bool, str, str]:
-    assert proc.stdout is not None and proc.stderr is not None
-    readers = [asyncio.create_task(_read_capped(pipe, limits.output_chars)) for pipe in (proc.stdout, proc.stderr)]
-    try:
-        try:
-            async with asyncio.timeout(limits.wall_seconds):
-                await proc.wait()
-        except TimeoutError:
-            pass
-        timed_out = proc.returncode is None
-        await _kill(proc)  # stragglers still holding the pipes (unsandboxed: its process group)
-        stdout, stderr = [await reader for reader in readers]
-    finally:
-        for reader in readers:
-            reader.cancel()
-    code = proc.returncode
-    return (None if timed_out else 128 - code if code < 0 else code), timed_out, stdout, stderr
-
-
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> str:
-    """Reads to the end (so the writer never blocks) and keeps the first `limit` characters."""
-    kept, total = bytearray(), 0
-    while chunk := await stream.read(1 << 16):
-        total += len(chunk)
-        if len(kept) < 4 * limit:  # 4 bytes hold any UTF-8 character
-            kept += chunk[: 4 * limit - len(kept)]
-    text = kept.decode(errors="replace")
-    if len(text) > limit or total > len(kept):
-        text = f"{text[:limit]}\n[output truncated to {limit:,} characters; {total:,} bytes in all]\n"
-    return text
-
-
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILLs bwrap's child (the sandbox's PID 1, whose death kills everything in its PID
-    namespace) and bwrap's process group, reaps bwrap, and waits until that child is gone."""
-    inner = _children(proc.pid) if proc.returncode is None else []
-    for pid in inner:
-        _sigkill(os.kill, pid)
-    _sigkill(os.killpg, proc.pid)
-    await proc.wait()
-    for _ in range(200):  # the kernel empties the namespace within milliseconds
-        if not any(_alive(pid) for pid in inner):
-            return
-        await asyncio.sleep(0.005)
-
-
-def _sigkill(kill, pid: int) -> None:
-    try:
-        kill(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) and int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def _stat(pid: int) -> list[str] | None:
-    """State, ppid, ... from /proc/PID/stat (after the parenthesised command name)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
 
 
 def _collect(work: Path, inputs: dict[str, bytes], limits: SandboxLimits) -> tuple[list[SandboxFile], list[str]]:

@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from chat_agent.citations import Source, cite
 from chat_agent.config import Settings
 from chat_agent.llm import ModelClient
-from chat_agent.research import Source, cite, parse_queries
+from chat_agent.research import parse_queries
 from chat_agent.tools import ToolAvailability, ToolRegistry, ToolResult, ToolUnavailable
 from tests.cancelling import cancel_within
 from tests.fakes.anthropic_fake import FakeAnthropic, Fault, Reply

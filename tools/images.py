@@ -12,36 +12,30 @@ rectangle (`mask_region`, fractions of the image) or takes an image of the conve
 An edit keeps the picture's proportions: the API answers at one of its own sizes, so the
 result is scaled back to the source's size (or, for a source larger than what the API
 makes, to its proportions at the API's long edge), which keeps a mask's area where it was.
+The Pillow work (decoding, masks, scaling, checking) is `chat_agent.image_edit`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import io
-import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
-from PIL import Image, ImageOps
 from pydantic import BaseModel, ConfigDict, Field
 
 from chat_agent.config import Settings
 from chat_agent.files import ConversationFiles, FileError, StoredFile
-from chat_agent.image_api import ImageApi, ImageApiError, ImageInput
-from chat_agent.images import MEDIA_TYPES, ImageError, PreparedImage, prepare_image
+from chat_agent.image_api import ImageApi, ImageInput
+from chat_agent.image_edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
 from chat_agent.tools import ToolContext, ToolUnavailable
 
 GENERATE_NAME = "generate_image"
 EDIT_NAME = "edit_image"
 TOOL_TIMEOUT = 300.0  # the API may take over a minute per image, plus reading and storing
-MAX_PIXELS = 40_000_000  # as prepare_image: above this, an input is refused before decoding
-_SENDABLE = {"PNG": "image/png", "JPEG": "image/jpeg", "WEBP": "image/webp"}  # what the edits endpoint takes
 _EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif"}
-_ORIENTATION = 0x0112
-_ASPECT_TOLERANCE = 0.01  # a mask this close to the image's proportions is a scaled copy of it
 
 Size = Literal["1024x1024", "1536x1024", "1024x1536", "auto"]
 
@@ -59,10 +53,6 @@ change, as fractions of the image's width and height (x, y of its top-left corne
 or mask_id: an image of the conversation whose fully transparent pixels mark the area to change."""
 
 
-class ImageToolError(RuntimeError):
-    """A problem with the tool's input (an unknown id, an unusable mask); the message says what to change."""
-
-
 class MaskRegion(BaseModel):
     """A rectangle of the image, in fractions of its width and height."""
 
@@ -71,6 +61,9 @@ class MaskRegion(BaseModel):
     y: float = Field(ge=0, lt=1, description="Top edge, 0 = the image's top.")
     width: float = Field(gt=0, le=1, description="Width, 1 = the image's whole width.")
     height: float = Field(gt=0, le=1, description="Height, 1 = the image's whole height.")
+
+    def box(self) -> tuple[float, float, float, float]:
+        return self.x, self.y, self.width, self.height
 
 
 def _api(settings: Settings) -> ImageApi:
@@ -135,12 +128,12 @@ def build_edit(settings: Settings) -> BaseTool:
         mask = None
         if mask_id:
             _, mask_data = await _read(files, mask_id)
-            mask = await asyncio.to_thread(_fit_mask, mask_data, mask_id, width, height)
+            mask = await asyncio.to_thread(fit_mask, mask_data, mask_id, width, height)
         elif mask_region is not None:
-            mask = await asyncio.to_thread(_region_mask, mask_region, width, height)
+            mask = await asyncio.to_thread(region_mask, mask_region.box(), width, height)
         ctx.progress("Editing image…")
         data = await api.edit(instructions, [source], size="auto", mask=mask)
-        data = await asyncio.to_thread(_scaled_like, data, width, height)
+        data = await asyncio.to_thread(scaled_like, data, width, height)
         made = await _store(ctx, files, data, instructions, "edited")
         said = f"Edited image {image_id} into {made.label} following “{instructions}”"
         if mask_region is not None:
@@ -180,121 +173,10 @@ async def _read(files: ConversationFiles, file_id: str) -> tuple[StoredFile, byt
 async def _read_image(files: ConversationFiles, file_id: str) -> tuple[ImageInput, tuple[int, int]]:
     """The image as the edits endpoint takes it, and its (upright) size."""
     stored, data = await _read(files, file_id)
-    return await asyncio.to_thread(_sendable, data, stored.filename)
-
-
-# --- Pillow work: CPU-bound, each run in a thread -------------------------------------
-
-
-def _open(data: bytes, what: str) -> Image.Image:
-    """Opens (header only) and refuses too many pixels before anything is decoded."""
-    try:
-        image = Image.open(io.BytesIO(data), formats=tuple(MEDIA_TYPES))
-    except Exception:  # noqa: BLE001 - any parser error on these bytes means "not an image we take"
-        raise ImageToolError(f"{what} is not a PNG, JPEG, GIF or WEBP image.") from None
-    if image.width * image.height > MAX_PIXELS:
-        image.close()
-        raise ImageToolError(f"{what} is too large ({image.width}×{image.height} pixels).")
-    return image
-
-
-def _decoded(image: Image.Image, what: str) -> Image.Image:
-    """The first frame, decoded and upright."""
-    try:
-        image.load()
-        return ImageOps.exif_transpose(image)
-    except Exception:  # noqa: BLE001 - a truncated or corrupt file
-        raise ImageToolError(f"{what} is damaged or incomplete.") from None
-
-
-def _plain(frame: Image.Image) -> Image.Image:
-    """A mode PNG stores and resizing handles well (not a palette, not CMYK)."""
-    if frame.mode in ("RGB", "RGBA", "L", "LA"):
-        return frame
-    return frame.convert("RGBA" if frame.has_transparency_data else "RGB")
-
-
-def _png(image: Image.Image) -> bytes:
-    out = io.BytesIO()
-    image.save(out, "PNG")
-    return out.getvalue()
-
-
-def _sendable(data: bytes, filename: str) -> tuple[ImageInput, tuple[int, int]]:
-    """The bytes as they are when the API takes them (PNG, JPEG, WEBP; one frame; upright),
-    otherwise the first frame, upright, as PNG: the edit and any mask must see the image
-    as the model saw it."""
-    what = f"The image {filename}"
-    with _open(data, what) as image:
-        fmt = "JPEG" if image.format == "MPO" else image.format
-        upright = image.getexif().get(_ORIENTATION, 1) == 1
-        if fmt in _SENDABLE and getattr(image, "n_frames", 1) == 1 and upright:
-            _decoded(image, what)  # decodes every pixel: a broken file fails here, not at the API
-            return ImageInput(data, _named(filename, fmt), _SENDABLE[fmt]), image.size
-        frame = _plain(_decoded(image, what))
-        return ImageInput(_png(frame), _named(filename, "PNG"), "image/png"), frame.size
-
-
-def _named(filename: str, fmt: str) -> str:
-    stem = filename.rsplit(".", 1)[0] or "image"
-    return stem + {"PNG": ".png", "JPEG": ".jpg", "WEBP": ".webp"}[fmt]
-
-
-def _region_mask(region: MaskRegion, width: int, height: int) -> ImageInput:
-    """An opaque PNG of the image's size, transparent inside the region."""
-    left, top = math.floor(region.x * width), math.floor(region.y * height)
-    right = min(width, math.ceil((region.x + region.width) * width))
-    bottom = min(height, math.ceil((region.y + region.height) * height))
-    if right <= left or bottom <= top:
-        raise ImageToolError(f"mask_region covers no pixel of the {width}×{height} image.")
-    mask = Image.new("RGBA", (width, height), (0, 0, 0, 255))
-    mask.paste((0, 0, 0, 0), (left, top, right, bottom))
-    return ImageInput(_png(mask), "mask.png", "image/png")
-
-
-def _fit_mask(data: bytes, mask_id: str, width: int, height: int) -> ImageInput:
-    """The mask as OpenAI wants it: RGBA PNG of the image's size."""
-    what = f"The mask {mask_id}"
-    with _open(data, what) as opened:
-        mask = _decoded(opened, what)
-        if not (mask.mode in ("RGBA", "LA", "PA") or mask.has_transparency_data):
-            raise ImageToolError(
-                f"{what} has no transparency. In a mask, fully transparent pixels mark the area to change "
-                "(or give mask_region instead).")
-        mask = mask.convert("RGBA")
-    if mask.getchannel("A").getextrema()[0] != 0:
-        raise ImageToolError(f"{what} has no fully transparent pixel, so it marks nothing to change.")
-    if mask.size != (width, height):
-        mw, mh = mask.size
-        if abs((mw / mh) / (width / height) - 1) > _ASPECT_TOLERANCE:
-            raise ImageToolError(
-                f"{what} is {mw}×{mh} but the image is {width}×{height}: a mask must have the image's size "
-                "or at least its proportions.")
-        mask = mask.resize((width, height), Image.Resampling.NEAREST)  # keeps transparent pixels fully transparent
-    return ImageInput(_png(mask), "mask.png", "image/png")
-
-
-def _scaled_like(data: bytes, width: int, height: int) -> bytes:
-    """The API's image in the source's proportions: at the source's size, or, for a source
-    larger than what the API made, at the API's long edge (upscaling adds bytes, not detail)."""
-    try:
-        image = _open(data, "it")
-        with image:
-            scale = min(1.0, max(image.size) / max(width, height))
-            target = (max(1, round(width * scale)), max(1, round(height * scale)))
-            if image.size == target:
-                return data  # checked whole, with the rest, before it is stored
-            frame = _decoded(image, "it")
-    except ImageToolError as exc:
-        raise _not_an_image(str(exc)) from None
-    return _png(_plain(frame).resize(target, Image.Resampling.LANCZOS))
+    return await asyncio.to_thread(sendable, data, stored.filename)
 
 
 # --- Storing the result and telling the model -----------------------------------------
-
-
-def _not_an_image(detail: str) -> ImageApiError:
-    return ImageApiError(f"The image API returned something that is not a usable image: {detail}")
 
 
 @dataclass(slots=True)
@@ -313,10 +195,7 @@ class _Made:
 
 
 async def _store(ctx: ToolContext, files: ConversationFiles, data: bytes, prompt: str, kind: str) -> _Made:
-    try:
-        checked = await asyncio.to_thread(_checked, data)
-    except ImageError as exc:
-        raise _not_an_image(str(exc)) from None
+    checked = await asyncio.to_thread(check_result, data)
     ctx.progress("Storing…")
     stored = await files.save(data, _filename(kind, prompt, checked.media_type), source="generated")
     label = f"[image {stored.id}: {stored.filename}, {checked.width}×{checked.height}]"
@@ -325,25 +204,6 @@ async def _store(ctx: ToolContext, files: ConversationFiles, data: bytes, prompt
     output = {"imageId": stored.id, "url": files.url(stored), "width": checked.width, "height": checked.height,
               "mediaType": stored.media_type, "size": stored.size, "prompt": prompt}
     return _Made(label, block, output)
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    shown: PreparedImage  # the copy the model sees (scaled down if need be)
-    media_type: str  # of the bytes stored
-    width: int  # of the bytes stored, upright
-    height: int
-
-
-def _checked(data: bytes) -> _Checked:
-    """Decodes the whole image (ImageError if it is not one) and makes the model's copy of it."""
-    shown = prepare_image(data, max_pixels=MAX_PIXELS)
-    with Image.open(io.BytesIO(data), formats=tuple(MEDIA_TYPES)) as image:
-        fmt = "JPEG" if image.format == "MPO" else str(image.format)
-        width, height = image.size
-        if image.getexif().get(_ORIENTATION, 1) in (5, 6, 7, 8):  # turned a quarter: shown the other way round
-            width, height = height, width
-    return _Checked(shown, MEDIA_TYPES[fmt], width, height)
 
 
 def _filename(kind: str, prompt: str, media_type: str) -> str:
