@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from .documents import DocumentError, ParsedDocument, parse_document, render_for_model
 from .files import FileError, StoredFile
 from .image_fetch import fetch_image
-from .images import ImageError, PreparedImage, prepare_image
+from .images import ImageError, PreparedImage, image_block, prepare_image
 from .protocol import Attachment, DocumentAttachment, ErrorCode, ImageAttachment
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 MAX_IMAGES = 20  # per message; the API takes more, but each costs up to ~1,600 tokens
 MAX_DOCUMENTS = 10
+DECODING = 2  # images decoded at once, across all conversations
 PARSED = "parsed.json"  # the derived blob holding a document's parsed text
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URL = re.compile(r"^data:([\w/+.-]+)?(;[\w=-]+)*;base64,", re.IGNORECASE)
@@ -53,18 +54,9 @@ class PreparedAttachments:
     visible: list[dict[str, Any]] = field(default_factory=list)  # VisibleMessage.attachments
 
 
-def image_label(file: StoredFile) -> str:
-    """How the model learns an image's id: tools (edit_image, code_interpreter) take it."""
-    size = f", {file.width}×{file.height}" if file.width and file.height else ""
-    return f"[image {file.id}: {file.filename}{size}]"
-
-
-async def image_blocks(data: bytes | PreparedImage, file: StoredFile) -> list[dict[str, Any]]:
-    """An image as the model sees it: its label, then the image scaled to Claude's size."""
-    prepared = data if isinstance(data, PreparedImage) else await asyncio.to_thread(prepare_image, data)
-    return [{"type": "text", "text": image_label(file)},
-            {"type": "image", "source": {"type": "base64", "media_type": prepared.media_type,
-                                         "data": base64.b64encode(prepared.data).decode("ascii")}}]
+def image_blocks(prepared: PreparedImage, file: StoredFile) -> list[dict[str, Any]]:
+    """An image as the model sees it: its label (with the id tools take), then the image."""
+    return [{"type": "text", "text": file.label}, image_block(prepared)]
 
 
 class DocumentLibrary:
@@ -100,6 +92,7 @@ class AttachmentReader:
         self._files = files
         self._documents = documents
         self._settings = settings
+        self._decoding = asyncio.Semaphore(DECODING)
 
     async def prepare(self, owner: str, conversation_id: str, attachments: list[Attachment]) -> PreparedAttachments:
         images = [a for a in attachments if isinstance(a, ImageAttachment)]
@@ -136,15 +129,15 @@ class AttachmentReader:
                 if not file.is_image:
                     raise AttachmentError("invalid_attachment", f"{where}: upload {file.id} is {file.media_type}, "
                                                                 "not an image; attach it as a document.")
-                blocks = await image_blocks(data, file)
+                blocks = image_blocks(await self._prepare(data), file)
                 await self._files.attach(owner, conversation_id, file.id)
             else:
                 data, name = (await self._fetch(attachment.url) if attachment.url is not None
                               else self._decode(attachment, where, n))
-                prepared = await asyncio.to_thread(prepare_image, data)  # refused before anything is stored
+                prepared = await self._prepare(data)  # refused before anything is stored
                 file = await self._files.save(owner, data, name, source="attachment",
                                               conversation_id=conversation_id)
-                blocks = await image_blocks(prepared, file)
+                blocks = image_blocks(prepared, file)
         except ImageError as exc:
             raise AttachmentError("invalid_attachment", f"{where}: {exc}") from None
         except FileError as exc:
@@ -152,6 +145,11 @@ class AttachmentReader:
         visible = {"type": "image", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
                    "mediaType": file.media_type, "width": file.width, "height": file.height}
         return blocks, visible
+
+    async def _prepare(self, data: bytes) -> PreparedImage:
+        # A 40-megapixel image decodes to ~160 MB: a few at a time, however many are attached.
+        async with self._decoding:
+            return await asyncio.to_thread(prepare_image, data)
 
     async def _fetch(self, url: str) -> tuple[bytes, str]:
         settings = self._settings

@@ -63,6 +63,12 @@ class StoredFile:
     def extension(self) -> str:
         return EXTENSIONS.get(self.media_type, "")
 
+    @property
+    def label(self) -> str:
+        """How the model learns a file's id (the image tools and code_interpreter take it)."""
+        size = f", {self.width}×{self.height}" if self.width and self.height else ""
+        return f"[{'image' if self.is_image else 'document'} {self.id}: {self.filename}{size}]"
+
 
 def clean_filename(name: str | None) -> str:
     """A name fit to show: no directories, no control or bidi characters, not too long."""

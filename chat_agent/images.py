@@ -24,6 +24,7 @@ measures against its 5 MB per-image limit (raw bytes may be up to 3/4 of it).
 
 from __future__ import annotations
 
+import base64
 import io
 import warnings
 from collections.abc import Iterator
@@ -51,6 +52,12 @@ class PreparedImage:
     data: bytes
     width: int
     height: int
+
+
+def image_block(image: PreparedImage) -> dict:
+    """The Messages API content block that shows the model this image."""
+    return {"type": "image", "source": {"type": "base64", "media_type": image.media_type,
+                                        "data": base64.b64encode(image.data).decode("ascii")}}
 
 
 def base64_size(n: int) -> int:

