@@ -20,7 +20,9 @@ from .files import Files
 from .live import Listener, LiveConversation
 from .loop import Agent
 from .memory import MemoryBook
-from .protocol import ArtifactState, ContextCleared, ContextUpdate, ErrorFrame, MessageIn, ToolInfo, VisibleMessage
+from .protocol import (ArtifactState, ContextCleared, ContextUpdate, Done, ErrorFrame, MessageIn, ToolInfo, Usage,
+                       VisibleMessage)
+from .runner import new_id
 from .store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation,
                     RecordClientMessageId, Store)
 from .tokens import TokenCounter
@@ -126,18 +128,37 @@ class Hub:
 
     # ---- what clients ask for -------------------------------------------------------------
 
-    async def start_turn(self, live: LiveConversation, message: MessageIn) -> None:
-        """Starts a turn for a `message` frame; raises FrameRejected to answer with an error."""
-        if message.id is not None and (message.id in live.client_ids or await self.store.has_client_message_id(
-                live.owner, live.id, message.id)):
-            return  # a client retrying a message it already sent: ignored, as PROTOCOL.md says
+    def start_turn(self, live: LiveConversation, message: MessageIn) -> asyncio.Task[None] | None:
+        """Starts a turn for a `message` frame: returns the task that checks the message and
+        its attachments and then starts the turn (it raises FrameRejected to answer with an
+        error), or None for a message already seen. The conversation is busy from this call
+        on, so the frames after this one (an `abort`, another message) are read meanwhile."""
+        if message.id is not None and message.id in live.client_ids:
+            return None  # a client retrying a message it already sent: ignored, as PROTOCOL.md says
         if not self.agent.model.configured:
             raise FrameRejected("llm_error", "The server has no ANTHROPIC_API_KEY, so it cannot reach the model.")
         if live.running:
             raise FrameRejected("busy", "A turn is already running in this conversation; wait for done or abort it.")
-        runner, user_message, content = await prepare_turn(self, live, message)
-        if live.running:  # another frame started a turn while this one was being prepared
-            raise FrameRejected("busy", "A turn is already running in this conversation; wait for done or abort it.")
+        task = asyncio.get_running_loop().create_task(self._start_turn(live, message), name=f"prepare:{live.id}")
+        live.preparing = task
+        return task
+
+    async def _start_turn(self, live: LiveConversation, message: MessageIn) -> None:
+        prepared = None
+        try:
+            if message.id is None or not await self.store.has_client_message_id(live.owner, live.id, message.id):
+                prepared = await prepare_turn(self, live, message)
+        except asyncio.CancelledError:
+            # Aborted before its turn began: nothing of it is kept, and `done` says so.
+            live.publish(Done(message_id=new_id("msg"), stop_reason="aborted", usage=Usage()))
+            raise
+        finally:
+            live.preparing = None
+            if prepared is None:
+                self.release(live)
+        if prepared is None:
+            return
+        runner, user_message, content = prepared
         if message.id is not None:
             live.client_ids.add(message.id)
             self.writer.submit([RecordClientMessageId(live.owner, live.id, message.id)])
@@ -146,6 +167,11 @@ class Hub:
         runner.task.add_done_callback(lambda _: self.release(live))
 
     async def abort(self, live: LiveConversation) -> None:
+        preparing = live.preparing
+        if preparing is not None:
+            preparing.cancel()
+            await asyncio.gather(preparing, return_exceptions=True)
+            return
         runner = live.runner
         if runner is not None:
             await runner.abort()
@@ -250,6 +276,6 @@ class Hub:
     async def shutdown(self) -> None:
         """Aborts every running turn (each gets its `done`) and flushes the store."""
         await self.background.close()
-        runners = [live.runner for live in self._live.values() if live.runner is not None]
-        await asyncio.gather(*(runner.abort() for runner in runners), return_exceptions=True)
+        busy = [live for live in self._live.values() if live.running]
+        await asyncio.gather(*(self.abort(live) for live in busy), return_exceptions=True)
         await self.writer.flush()

@@ -7,6 +7,8 @@ sees the same frames in the same order.
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Protocol, Sequence
 
 from .canvas import Canvas
@@ -36,6 +38,9 @@ class LiveConversation:
         self.listeners: set[Listener] = set()
         self.reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
         self.runner: object | None = None  # the TurnRunner while a turn runs
+        # A message whose attachments are being checked and stored: its turn has not started
+        # yet, but the conversation is busy and `abort` cancels it.
+        self.preparing: asyncio.Task[None] | None = None
         self.turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         self.client_ids: set[str] = set()  # client message ids seen while open (the store has them all)
         self._writer = writer
@@ -47,7 +52,7 @@ class LiveConversation:
 
     @property
     def running(self) -> bool:
-        return self.runner is not None
+        return self.runner is not None or self.preparing is not None
 
     def publish(self, frame: ServerFrame, turn_id: str | None = None, ops: Sequence[Op] = ()) -> int:
         """Gives the frame its seq, logs it, and hands it to every listener once committed."""

@@ -134,19 +134,37 @@ class Connection:
             frame = _parse(text)
             await self._dispatch(frame)
         except FrameRejected as exc:
-            if exc.code in LOCAL_CODES:
-                self._local_error(exc.code, exc.message)
-            else:
-                self.live.publish(ErrorFrame(code=exc.code, message=exc.message))
+            self._reject(exc)
         except Exception:
             log.exception("failed to handle a client frame")
             self._local_error("internal", "The server failed to handle that frame.")
+
+    def _reject(self, exc: FrameRejected) -> None:
+        if exc.code in LOCAL_CODES:
+            self._local_error(exc.code, exc.message)
+        else:
+            self.live.publish(ErrorFrame(code=exc.code, message=exc.message))
+
+    def _started(self, task: asyncio.Task[None]) -> None:
+        """The outcome of a message's preparation (its attachments checked, its turn started)."""
+        if task.cancelled():
+            return  # aborted: the hub has published `done`
+        exc = task.exception()
+        if isinstance(exc, FrameRejected):
+            self._reject(exc)
+        elif exc is not None:
+            log.error("failed to start a turn", exc_info=exc)
+            self._local_error("internal", "The server failed to start that turn.")
 
     async def _dispatch(self, frame: object) -> None:
         live, hub = self.live, self.hub
         match frame:
             case MessageIn():
-                await hub.start_turn(live, frame)
+                # Not awaited: checking attachments may take seconds, and an `abort` sent
+                # meanwhile must be read (the conversation is busy until the turn starts).
+                task = hub.start_turn(live, frame)
+                if task is not None:
+                    task.add_done_callback(self._started)
             case AbortIn():
                 await hub.abort(live)
             case ClearContextIn():

@@ -3,10 +3,12 @@ files are refused with clear errors, and the server carries on."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
 import random
+import time
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -249,4 +251,24 @@ async def test_an_image_too_big_for_a_frame_points_to_uploads(server, fake_anthr
     error = await recv(ws)
     assert error["code"] == "too_large" and "/api/uploads" in error["message"]
     await still_serves(ws, fake_anthropic)
+    await ws.close()
+
+
+async def test_abort_while_a_long_document_is_parsed(server, fake_anthropic):
+    pdf = upload(server, "huge.pdf", long_pdf(4000)).json()  # seconds to parse
+    ws, session = await connect(server)
+    await send(ws, type="message", content="read it", attachments=[{"type": "document", "uploadId": pdf["uploadId"]}])
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    await send(ws, type="ping")
+    assert (await recv(ws))["type"] == "pong"  # frames are read while the document is parsed
+    await send(ws, type="message", content="another")
+    assert (await recv(ws))["code"] == "busy"
+    await send(ws, type="abort")
+    done = await recv(ws)
+    assert done["type"] == "done" and done["stopReason"] == "aborted"
+    assert time.monotonic() - started < 1.0
+    await still_serves(ws, fake_anthropic)
+    messages = (await connect(server, session["conversationId"]))[1]["messages"]
+    assert [m["content"] for m in messages] == ["hello?", "still here"]  # nothing of the aborted one
     await ws.close()
