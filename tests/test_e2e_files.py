@@ -259,11 +259,11 @@ async def test_abort_while_a_long_document_is_parsed(server, fake_anthropic):
     ws, session = await connect(server)
     await send(ws, type="message", content="read it", attachments=[{"type": "document", "uploadId": pdf["uploadId"]}])
     await asyncio.sleep(0.3)
-    started = time.monotonic()
     await send(ws, type="ping")
     assert (await recv(ws))["type"] == "pong"  # frames are read while the document is parsed
     await send(ws, type="message", content="another")
     assert (await recv(ws))["code"] == "busy"
+    started = time.monotonic()
     await send(ws, type="abort")
     done = await recv(ws)
     assert done["type"] == "done" and done["stopReason"] == "aborted"

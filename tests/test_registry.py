@@ -401,12 +401,16 @@ async def test_run_overhead_of_a_noop_async_tool() -> None:
     sink = Progress()
     for _ in range(200):
         await registry.run("t", "noop", {"x": 1}, conversation_id="c", owner="o", on_progress=sink)
-    n = 2_000
-    began = time.perf_counter()
-    for _ in range(n):
-        await registry.run("t", "noop", {"x": 1}, conversation_id="c", owner="o", on_progress=sink)
-    per_call = (time.perf_counter() - began) / n
-    assert per_call < 250e-6, f"{per_call * 1e6:.0f} µs per run()"  # ~35 µs here; ainvoke costs ~900 µs
+    # The best of several batches: a guard against going through LangChain's ainvoke
+    # (~900 µs), not a benchmark, so it must not fail because another process was busy.
+    batches = []
+    for _ in range(8):
+        began = time.perf_counter()
+        for _ in range(250):
+            await registry.run("t", "noop", {"x": 1}, conversation_id="c", owner="o", on_progress=sink)
+        batches.append((time.perf_counter() - began) / 250)
+    per_call = min(batches)
+    assert per_call < 250e-6, f"{per_call * 1e6:.0f} µs per run()"  # ~35 µs here
 
 
 @pytest.mark.asyncio
