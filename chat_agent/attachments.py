@@ -25,6 +25,7 @@ from .files import FileError, StoredFile
 from .image_fetch import fetch_image
 from .images import ImageError, PreparedImage, image_block, prepare_image
 from .protocol import Attachment, DocumentAttachment, ErrorCode, ImageAttachment
+from .rejection import FrameRejected
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -37,15 +38,6 @@ PARSED = "parsed.json"  # the derived blob holding a document's parsed text
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URL = re.compile(r"^data:([\w/+.-]+)?(;[\w=-]+)*;base64,", re.IGNORECASE)
 _FILE_ERRORS: dict[str, ErrorCode] = {"too_large": "too_large", "not_found": "not_found"}
-
-
-class AttachmentError(Exception):
-    """An attachment the server will not use; `message` is safe to show the client."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -98,7 +90,7 @@ class AttachmentReader:
         images = [a for a in attachments if isinstance(a, ImageAttachment)]
         documents = [a for a in attachments if isinstance(a, DocumentAttachment)]
         if len(images) > MAX_IMAGES or len(documents) > MAX_DOCUMENTS:
-            raise AttachmentError("invalid_attachment", f"A message may carry at most {MAX_IMAGES} images "
+            raise FrameRejected("invalid_attachment", f"A message may carry at most {MAX_IMAGES} images "
                                                         f"and {MAX_DOCUMENTS} documents.")
         # All checked concurrently, and all before any is kept: one bad attachment refuses the
         # message without leaving the others half-attached.
@@ -122,12 +114,12 @@ class AttachmentReader:
         where = f"Image attachment {n}"
         sources = [s for s in (attachment.url, attachment.upload_id, attachment.data) if s is not None]
         if len(sources) != 1:
-            raise AttachmentError("invalid_frame", f"{where} needs exactly one of `url`, `uploadId` or `data`.")
+            raise FrameRejected("invalid_frame", f"{where} needs exactly one of `url`, `uploadId` or `data`.")
         try:
             if attachment.upload_id is not None:
                 file, data = await self._files.read(owner, attachment.upload_id)
                 if not file.is_image:
-                    raise AttachmentError("invalid_attachment", f"{where}: upload {file.id} is {file.media_type}, "
+                    raise FrameRejected("invalid_attachment", f"{where}: upload {file.id} is {file.media_type}, "
                                                                 "not an image; attach it as a document.")
                 blocks = image_blocks(await self._prepare(data), file)
                 await self._files.attach(owner, conversation_id, file.id)
@@ -139,9 +131,9 @@ class AttachmentReader:
                                               conversation_id=conversation_id)
                 blocks = image_blocks(prepared, file)
         except ImageError as exc:
-            raise AttachmentError("invalid_attachment", f"{where}: {exc}") from None
+            raise FrameRejected("invalid_attachment", f"{where}: {exc}") from None
         except FileError as exc:
-            raise AttachmentError(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
+            raise FrameRejected(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
         visible = {"type": "image", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
                    "mediaType": file.media_type, "width": file.width, "height": file.height}
         return blocks, visible
@@ -162,14 +154,14 @@ class AttachmentReader:
         match = _DATA_URL.match(raw)
         claimed = attachment.media_type or (match.group(1) if match else None)
         if claimed is not None and claimed.lower() not in IMAGE_TYPES:
-            raise AttachmentError("invalid_attachment", f"{where}: {claimed} is not supported; send PNG, JPEG, "
+            raise FrameRejected("invalid_attachment", f"{where}: {claimed} is not supported; send PNG, JPEG, "
                                                         "GIF or WEBP.")
         if len(raw) > self._settings.upload_max_bytes * 4 // 3 + 4:
-            raise AttachmentError("too_large", f"{where} is larger than {self._settings.upload_max_bytes:,} bytes.")
+            raise FrameRejected("too_large", f"{where} is larger than {self._settings.upload_max_bytes:,} bytes.")
         try:
             data = base64.b64decode(raw[match.end():] if match else raw, validate=True)
         except (binascii.Error, ValueError):
-            raise AttachmentError("invalid_attachment", f"{where}: `data` is not valid base64.") from None
+            raise FrameRejected("invalid_attachment", f"{where}: `data` is not valid base64.") from None
         extension = (claimed or "image/png").split("/")[-1].replace("jpeg", "jpg")
         return data, f"image-{n}.{extension}"
 
@@ -179,7 +171,7 @@ class AttachmentReader:
                         n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         where = f"Document attachment {n}"
         if (attachment.content is None) == (attachment.upload_id is None):
-            raise AttachmentError("invalid_frame", f"{where} needs exactly one of `content` or `uploadId`.")
+            raise FrameRejected("invalid_frame", f"{where} needs exactly one of `content` or `uploadId`.")
         limit = self._settings.document_inline_chars
         try:
             if attachment.content is not None:
@@ -194,14 +186,14 @@ class AttachmentReader:
             else:
                 file, data = await self._files.read(owner, attachment.upload_id or "")
                 if file.is_image:
-                    raise AttachmentError("invalid_attachment", f"{where}: upload {file.id} is an image; attach it "
+                    raise FrameRejected("invalid_attachment", f"{where}: upload {file.id} is an image; attach it "
                                                                 "as an image.")
                 doc = await self._documents.parsed(owner, file, data)
                 await self._files.attach(owner, conversation_id, file.id)
         except DocumentError as exc:
-            raise AttachmentError("invalid_attachment", f"{where}: {exc}") from None
+            raise FrameRejected("invalid_attachment", f"{where}: {exc}") from None
         except FileError as exc:
-            raise AttachmentError(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
+            raise FrameRejected(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
         text = f"[document {file.id}]\n{render_for_model(doc, inline_limit=limit)}"
         visible = {"type": "document", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
                    "mediaType": file.media_type, "size": file.size, "parts": len(doc.parts), "unit": doc.unit,

@@ -26,7 +26,8 @@ from .runner import new_id
 from .store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation,
                     RecordClientMessageId, Store)
 from .tokens import TokenCounter
-from .turns import FrameRejected, prepare_turn
+from .rejection import FrameRejected
+from .turns import prepare_turn
 from .writer import StoreWriter
 
 log = logging.getLogger(__name__)

@@ -13,13 +13,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .attachments import PreparedAttachments
 from .loop import Turn
 from .memory import render_memories
 from .prompting import artifact_block, highlight_block, system_blocks
 from .prompts import SYSTEM_PROMPT
-from .attachments import AttachmentError, PreparedAttachments
-from .protocol import ErrorCode, Highlight, MessageIn, QuickAction, VisibleMessage
+from .protocol import Highlight, MessageIn, QuickAction, VisibleMessage
 from .quick_actions import QuickActionError, fits, instructions, label
+from .rejection import FrameRejected
 from .runner import TurnRunner, new_id
 
 if TYPE_CHECKING:
@@ -28,15 +29,6 @@ if TYPE_CHECKING:
     from .live import LiveConversation
 
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
-
-
-class FrameRejected(Exception):
-    """A well-formed client frame the server will not act on; answered with an `error`."""
-
-    def __init__(self, code: ErrorCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -113,10 +105,7 @@ async def _plan(hub: "Hub", live: "LiveConversation", message: MessageIn) -> Pla
 async def _attachments(hub: "Hub", live: "LiveConversation", message: MessageIn) -> PreparedAttachments:
     if not message.attachments:
         return PreparedAttachments()
-    try:
-        return await hub.attachments.prepare(live.owner, live.id, message.attachments)
-    except AttachmentError as exc:
-        raise FrameRejected(exc.code, exc.message) from None
+    return await hub.attachments.prepare(live.owner, live.id, message.attachments)
 
 
 def _model_content(live: "LiveConversation", plan: Plan, attached: list[dict[str, Any]]) -> list[dict[str, Any]]:

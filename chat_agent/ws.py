@@ -17,7 +17,7 @@ from .hub import Hub
 from .live import LiveConversation
 from .protocol import (CLIENT_TYPES, AbortIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
-from .turns import FrameRejected
+from .rejection import FrameRejected
 
 log = logging.getLogger(__name__)
 
