@@ -17,11 +17,13 @@ import base64
 import binascii
 import json
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator
 
 from .documents import DocumentError, ParsedDocument, parse_document, render_for_model
 from .files import FileError, StoredFile
+from .sniff import IMAGE_TYPES
 from .image_fetch import fetch_image
 from .images import ImageError, PreparedImage, image_block, prepare_image
 from .protocol import Attachment, DocumentAttachment, ErrorCode, ImageAttachment
@@ -35,7 +37,6 @@ MAX_IMAGES = 20  # per message; the API takes more, but each costs up to ~1,600 
 MAX_DOCUMENTS = 10
 DECODING = 2  # images decoded at once, across all conversations
 PARSED = "parsed.json"  # the derived blob holding a document's parsed text
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 _DATA_URL = re.compile(r"^data:([\w/+.-]+)?(;[\w=-]+)*;base64,", re.IGNORECASE)
 _FILE_ERRORS: dict[str, ErrorCode] = {"too_large": "too_large", "not_found": "not_found"}
 
@@ -44,6 +45,10 @@ _FILE_ERRORS: dict[str, ErrorCode] = {"too_large": "too_large", "not_found": "no
 class PreparedAttachments:
     blocks: list[dict[str, Any]] = field(default_factory=list)  # model content, before the user's text
     visible: list[dict[str, Any]] = field(default_factory=list)  # VisibleMessage.attachments
+
+
+Shown = tuple[list[dict[str, Any]], dict[str, Any]]  # (model blocks, visible summary) of one attachment
+Keep = Callable[[], Awaitable[Shown]]  # stores a checked attachment with the conversation
 
 
 def image_blocks(prepared: PreparedImage, file: StoredFile) -> list[dict[str, Any]]:
@@ -61,20 +66,37 @@ class DocumentLibrary:
         self._timeout = timeout
         self._memory_mb = memory_mb
 
-    async def parsed(self, owner: str, file: StoredFile, data: bytes | None = None) -> ParsedDocument:
+    async def parsed(self, owner: str, file: StoredFile) -> ParsedDocument:
+        """The file's parsed text: from the cache beside it, or parsed now (its bytes are
+        read only then) and cached."""
         cached = await self._files.read_derived(owner, file.id, PARSED)
         if cached is not None:
             try:
                 return ParsedDocument.from_json(cached.decode("utf-8"))
             except (ValueError, TypeError, KeyError):
                 pass  # an older or damaged cache: parse again
-        if data is None:
-            file, data = await self._files.read(owner, file.id)
-        async with self._slots:
-            doc = await parse_document(data, file.media_type, file.filename, timeout=self._timeout,
-                                       memory_mb=self._memory_mb)
-        await self._files.write_derived(owner, file.id, PARSED, doc.to_json().encode("utf-8"))
+        file, data = await self._files.read(owner, file.id)
+        doc = await self.parse(data, file.media_type, file.filename)
+        await self.remember(owner, file, doc)
         return doc
+
+    async def parse(self, data: bytes, media_type: str, filename: str) -> ParsedDocument:
+        async with self._slots:
+            return await parse_document(data, media_type, filename, timeout=self._timeout, memory_mb=self._memory_mb)
+
+    async def remember(self, owner: str, file: StoredFile, doc: ParsedDocument) -> None:
+        await self._files.write_derived(owner, file.id, PARSED, doc.to_json().encode("utf-8"))
+
+
+@contextmanager
+def _refusing(where: str) -> Iterator[None]:
+    """An attachment's failure as the `error` the client gets, naming the attachment."""
+    try:
+        yield
+    except (ImageError, DocumentError) as exc:
+        raise FrameRejected("invalid_attachment", f"{where}: {exc}") from None
+    except FileError as exc:
+        raise FrameRejected(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
 
 
 class AttachmentReader:
@@ -92,51 +114,51 @@ class AttachmentReader:
         if len(images) > MAX_IMAGES or len(documents) > MAX_DOCUMENTS:
             raise FrameRejected("invalid_attachment", f"A message may carry at most {MAX_IMAGES} images "
                                                         f"and {MAX_DOCUMENTS} documents.")
-        # All checked concurrently, and all before any is kept: one bad attachment refuses the
-        # message without leaving the others half-attached.
-        results = await asyncio.gather(
+        # Every attachment is checked (concurrently) before any is stored or linked to the
+        # conversation: one bad attachment refuses the message and leaves nothing behind.
+        keeps = await _all(
             *(self._image(owner, conversation_id, a, n) for n, a in enumerate(images, 1)),
-            *(self._document(owner, conversation_id, a, n) for n, a in enumerate(documents, 1)),
-            return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
+            *(self._document(owner, conversation_id, a, n) for n, a in enumerate(documents, 1)))
         prepared = PreparedAttachments()
-        for blocks, visible in results:  # type: ignore[misc]
+        for blocks, visible in await _all(*(keep() for keep in keeps)):
             prepared.blocks.extend(blocks)
             prepared.visible.append(visible)
         return prepared
 
     # ---- images --------------------------------------------------------------------------
 
-    async def _image(self, owner: str, conversation_id: str, attachment: ImageAttachment,
-                     n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    async def _image(self, owner: str, conversation_id: str, attachment: ImageAttachment, n: int) -> Keep:
         where = f"Image attachment {n}"
         sources = [s for s in (attachment.url, attachment.upload_id, attachment.data) if s is not None]
         if len(sources) != 1:
             raise FrameRejected("invalid_frame", f"{where} needs exactly one of `url`, `uploadId` or `data`.")
-        try:
+        with _refusing(where):
             if attachment.upload_id is not None:
                 file, data = await self._files.read(owner, attachment.upload_id)
                 if not file.is_image:
                     raise FrameRejected("invalid_attachment", f"{where}: upload {file.id} is {file.media_type}, "
-                                                                "not an image; attach it as a document.")
-                blocks = image_blocks(await self._prepare(data), file)
-                await self._files.attach(owner, conversation_id, file.id)
-            else:
-                data, name = (await self._fetch(attachment.url) if attachment.url is not None
-                              else self._decode(attachment, where, n))
-                prepared = await self._prepare(data)  # refused before anything is stored
-                file = await self._files.save(owner, data, name, source="attachment",
-                                              conversation_id=conversation_id)
-                blocks = image_blocks(prepared, file)
-        except ImageError as exc:
-            raise FrameRejected("invalid_attachment", f"{where}: {exc}") from None
-        except FileError as exc:
-            raise FrameRejected(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
-        visible = {"type": "image", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
-                   "mediaType": file.media_type, "width": file.width, "height": file.height}
-        return blocks, visible
+                                                              "not an image; attach it as a document.")
+                prepared = await self._prepare(data)
+
+                async def keep() -> Shown:
+                    with _refusing(where):
+                        await self._files.attach(owner, conversation_id, file.id)
+                    return self._image_shown(prepared, file)
+                return keep
+            data, name = (await self._fetch(attachment.url) if attachment.url is not None
+                          else self._decode(attachment, where, n))
+            prepared = await self._prepare(data)
+
+        async def store() -> Shown:
+            with _refusing(where):
+                stored = await self._files.save(owner, data, name, source="attachment", conversation_id=conversation_id)
+            return self._image_shown(prepared, stored)
+        return store
+
+    def _image_shown(self, prepared: PreparedImage, file: StoredFile) -> Shown:
+        return image_blocks(prepared, file), {
+            "type": "image", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
+            "mediaType": file.media_type, "width": file.width, "height": file.height}
 
     async def _prepare(self, data: bytes) -> PreparedImage:
         # A 40-megapixel image decodes to ~160 MB: a few at a time, however many are attached.
@@ -155,7 +177,7 @@ class AttachmentReader:
         claimed = attachment.media_type or (match.group(1) if match else None)
         if claimed is not None and claimed.lower() not in IMAGE_TYPES:
             raise FrameRejected("invalid_attachment", f"{where}: {claimed} is not supported; send PNG, JPEG, "
-                                                        "GIF or WEBP.")
+                                                      "GIF or WEBP.")
         if len(raw) > self._settings.upload_max_bytes * 4 // 3 + 4:
             raise FrameRejected("too_large", f"{where} is larger than {self._settings.upload_max_bytes:,} bytes.")
         try:
@@ -167,38 +189,61 @@ class AttachmentReader:
 
     # ---- documents -----------------------------------------------------------------------
 
-    async def _document(self, owner: str, conversation_id: str, attachment: DocumentAttachment,
-                        n: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    async def _document(self, owner: str, conversation_id: str, attachment: DocumentAttachment, n: int) -> Keep:
         where = f"Document attachment {n}"
         if (attachment.content is None) == (attachment.upload_id is None):
             raise FrameRejected("invalid_frame", f"{where} needs exactly one of `content` or `uploadId`.")
-        limit = self._settings.document_inline_chars
-        try:
-            if attachment.content is not None:
-                name = attachment.filename or "document"
-                if len(attachment.content) <= limit:  # the client's own text, small: nothing to store
-                    text = f"<document filename={json.dumps(name, ensure_ascii=False)}>\n{attachment.content}\n</document>"
-                    return [{"type": "text", "text": text}], {"type": "document", "filename": name,
-                                                              "chars": len(attachment.content)}
-                file = await self._files.save(owner, attachment.content.encode("utf-8"), _text_name(name),
-                                              source="attachment", conversation_id=conversation_id)
-                doc = await self._documents.parsed(owner, file, attachment.content.encode("utf-8"))
-            else:
-                file, data = await self._files.read(owner, attachment.upload_id or "")
-                if file.is_image:
-                    raise FrameRejected("invalid_attachment", f"{where}: upload {file.id} is an image; attach it "
-                                                                "as an image.")
-                doc = await self._documents.parsed(owner, file, data)
+        if attachment.content is not None:
+            return await self._text(owner, conversation_id, attachment.content, attachment.filename, where)
+        with _refusing(where):
+            file = await self._files.owned(owner, attachment.upload_id or "")
+            if file.is_image:
+                raise FrameRejected("invalid_attachment", f"{where}: upload {file.id} is an image; attach it "
+                                                          "as an image.")
+            doc = await self._documents.parsed(owner, file)
+
+        async def keep() -> Shown:
+            with _refusing(where):
                 await self._files.attach(owner, conversation_id, file.id)
-        except DocumentError as exc:
-            raise FrameRejected("invalid_attachment", f"{where}: {exc}") from None
-        except FileError as exc:
-            raise FrameRejected(_FILE_ERRORS.get(exc.code, "invalid_attachment"), f"{where}: {exc.message}") from None
-        text = f"[document {file.id}]\n{render_for_model(doc, inline_limit=limit)}"
-        visible = {"type": "document", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
-                   "mediaType": file.media_type, "size": file.size, "parts": len(doc.parts), "unit": doc.unit,
-                   "chars": doc.chars}
-        return [{"type": "text", "text": text}], visible
+            return self._document_shown(doc, file)
+        return keep
+
+    async def _text(self, owner: str, conversation_id: str, content: str, filename: str | None, where: str) -> Keep:
+        """Text the client extracted: small, it goes in as it is; large, it is stored as a text
+        file (whatever the original was) to be read with analyze_document."""
+        name = filename or "document"
+        if len(content) <= self._settings.document_inline_chars:
+            text = f"<document filename={json.dumps(name, ensure_ascii=False)}>\n{content}\n</document>"
+
+            async def inline() -> Shown:
+                return [{"type": "text", "text": text}], {"type": "document", "filename": name, "chars": len(content)}
+            return inline
+        data, name = content.encode("utf-8"), _text_name(name)
+        with _refusing(where):
+            doc = await self._documents.parse(data, "", name)
+
+        async def store() -> Shown:
+            with _refusing(where):
+                file = await self._files.save(owner, data, name, source="attachment", conversation_id=conversation_id)
+                await self._documents.remember(owner, file, doc)
+            return self._document_shown(doc, file)
+        return store
+
+    def _document_shown(self, doc: ParsedDocument, file: StoredFile) -> Shown:
+        text = f"[document {file.id}]\n{render_for_model(doc, inline_limit=self._settings.document_inline_chars)}"
+        return [{"type": "text", "text": text}], {
+            "type": "document", "fileId": file.id, "url": self._files.url(file), "filename": file.filename,
+            "mediaType": file.media_type, "size": file.size, "parts": len(doc.parts), "unit": doc.unit,
+            "chars": doc.chars}
+
+
+async def _all(*steps: Awaitable[Any]) -> list[Any]:
+    """Runs the steps concurrently and waits for all of them; then raises the first failure."""
+    results = await asyncio.gather(*steps, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 def _text_name(name: str) -> str:

@@ -114,7 +114,7 @@ class Files:
 
     async def read(self, owner: str, file_id: str) -> tuple[StoredFile, bytes]:
         """The file and its bytes; FileError "not_found" if it is missing or someone else's."""
-        file = await self._owned(owner, file_id)
+        file = await self.owned(owner, file_id)
         try:
             return file, await self.blobs.get(file.key)
         except BlobNotFound:
@@ -124,7 +124,7 @@ class Files:
     async def attach(self, owner: str, conversation_id: str, file_id: str) -> None:
         """Links the owner's file to the conversation (again: no change); FileError "not_found"
         for a file that is missing or someone else's."""
-        await self._owned(owner, file_id)
+        await self.owned(owner, file_id)
         ticket = self.writer.submit([AttachFile(owner, conversation_id, file_id, time.time())])
         await self.writer.wait_for(ticket)
 
@@ -134,14 +134,14 @@ class Files:
 
     async def read_derived(self, owner: str, file_id: str, name: str) -> bytes | None:
         """A blob made from the file (a parsed document, say), or None if none was written."""
-        file = await self._owned(owner, file_id)
+        file = await self.owned(owner, file_id)
         try:
             return await self.blobs.get(_derived_key(file.id, name))
         except BlobNotFound:
             return None
 
     async def write_derived(self, owner: str, file_id: str, name: str, data: bytes) -> None:
-        file = await self._owned(owner, file_id)
+        file = await self.owned(owner, file_id)
         await self.blobs.put(_derived_key(file.id, name), data, "application/octet-stream")
 
     def url(self, file: StoredFile) -> str:
@@ -157,7 +157,8 @@ class Files:
     async def close(self) -> None:
         await self.blobs.close()
 
-    async def _owned(self, owner: str, file_id: str) -> StoredFile:
+    async def owned(self, owner: str, file_id: str) -> StoredFile:
+        """The owner's file; FileError "not_found" if it is missing or someone else's."""
         file = await self.get(owner, file_id)
         if file is None:
             raise FileError("not_found", f"There is no file {file_id}.")

@@ -8,6 +8,7 @@ import base64
 import io
 import json
 import random
+import sqlite3
 import time
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -232,6 +233,14 @@ async def test_hostile_attachments_get_clear_errors(server, fake_anthropic, loca
         assert error["type"] == "error" and error["code"] == code, (attachment, error)
         assert words.lower() in error["message"].lower() and "Traceback" not in error["message"]
     assert local_image_server.hits == 0  # the server never connected to its own network
+    # A good image beside a bad one: the message is refused whole, the good one not kept either.
+    good = {"type": "image", "data": base64.b64encode(make_png()).decode(), "mediaType": "image/png"}
+    await send(ws, type="message", content="look", attachments=[good, cases[0][0]])
+    assert (await recv(ws, timeout=30))["code"] == "invalid_attachment"
+    with sqlite3.connect(f"file:{server.data_dir / 'chat-agent.db'}?mode=ro", uri=True) as db:
+        linked = db.execute("SELECT count(*) FROM conversation_files WHERE conversation_id = ?",
+                            (session["conversationId"],)).fetchone()[0]
+    assert linked == 0
     await still_serves(ws, fake_anthropic)
     # Nothing of the refused messages was kept.
     messages = (await connect(server, session["conversationId"]))[1]["messages"]

@@ -30,12 +30,12 @@ from chat_agent.files import ConversationFiles, FileError, StoredFile
 from chat_agent.image_api import ImageApi, ImageInput
 from chat_agent.image_edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
 from chat_agent.images import image_block
+from chat_agent.sniff import EXTENSIONS
 from chat_agent.tools import ToolContext, ToolUnavailable
 
 GENERATE_NAME = "generate_image"
 EDIT_NAME = "edit_image"
 TOOL_TIMEOUT = 300.0  # the API may take over a minute per image, plus reading and storing
-_EXTENSIONS = {"image/png": ".png", "image/jpeg": ".jpg", "image/webp": ".webp", "image/gif": ".gif"}
 
 Size = Literal["1024x1024", "1536x1024", "1024x1536", "auto"]
 
@@ -206,4 +206,4 @@ async def _store(ctx: ToolContext, files: ConversationFiles, data: bytes, prompt
 
 def _filename(kind: str, prompt: str, media_type: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", prompt.lower())[:40].strip("-") or "image"
-    return f"{kind}-{slug}{_EXTENSIONS[media_type]}"
+    return f"{kind}-{slug}{EXTENSIONS[media_type]}"
