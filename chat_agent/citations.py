@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .text import one_line
+
 
 @dataclass(frozen=True, slots=True)
 class Source:
@@ -62,8 +64,3 @@ def _numbers(group: str) -> list[int]:
 
 def sources_section(sources: list[Source]) -> str:
     return "## Sources\n\n" + "\n".join(f"- [{s.n}] {one_line(s.title)} — {s.url}" for s in sources)
-
-
-def one_line(text: str) -> str:
-    """A title or excerpt as one list item's line."""
-    return " ".join(text.split())

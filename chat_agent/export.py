@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from .docx_render import _code_docx, _text_docx
+from .text import one_line
 
 __all__ = ["Exported", "ExportError", "export_artifact"]
 
@@ -83,7 +84,7 @@ def export_artifact(
             media = _CODE_TYPES.get(ext, TEXT_TYPE)
             return Exported(_utf8(content), media, _filename(title, ext))
         case "docx":
-            line = _one_line(title)
+            line = one_line(title)
             body = _code_docx(line, language, content) if is_code else _text_docx(
                 line, content)
             return Exported(body, DOCX_TYPE, _filename(title, "docx"))
@@ -104,16 +105,12 @@ def _code_markdown(title: str, language: str | None, content: str) -> str:
     fence = "`" * max(3, longest + 1)
     info = re.sub(r"[^\w+#.-]", "", language or "")
     body = content if content.endswith("\n") or not content else content + "\n"
-    heading = f"# {_one_line(title)}\n\n" if title.strip() else ""
+    heading = f"# {one_line(title)}\n\n" if title.strip() else ""
     return f"{heading}{fence}{info}\n{body}{fence}\n"
 
 
 def _extension(language: str | None) -> str:
     return _EXTENSIONS.get((language or "").strip().lower(), "txt")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _filename(title: str, ext: str) -> str:

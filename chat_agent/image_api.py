@@ -29,6 +29,7 @@ from .config import Settings
 from .image_fetch import fetch_image
 from .images import ImageError
 from .per_loop import PerLoop
+from .text import one_line, shorten
 
 TIMEOUT = 180.0  # seconds for one answer: a large, high-quality gpt-image render takes over a minute
 CONNECT_TIMEOUT = 10.0
@@ -172,13 +173,9 @@ def _http_error(status: int, raw: bytes) -> ImageApiError:
     elif isinstance(error, str) and error.strip():
         detail = error.strip()
     meaning = _MEANING.get(status, "The image API is having trouble" if status >= 500 else "The image API failed")
-    return ImageApiError(f"{meaning} (HTTP {status}): {_shorten(detail, 500)}", status=status)
+    return ImageApiError(f"{meaning} (HTTP {status}): {shorten(detail, 500)}", status=status)
 
 
 def _snippet(raw: bytes) -> str:
     text = raw[:600].decode("utf-8", "replace").strip()
-    return _shorten(" ".join(text.split()), 300) or "(empty)"
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return shorten(one_line(text), 300) or "(empty)"

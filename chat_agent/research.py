@@ -17,9 +17,10 @@ import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from .citations import Source, cite, one_line
+from .citations import Source, cite
 from .events import TextDelta
 from .llm import LLMError, ModelClient, ModelReply, ModelRequest
+from .text import one_line, shorten
 
 SEARCH_CONCURRENCY = 5  # Exa answers a handful of searches per second per key
 WRITE_SHARE = 0.4  # of the whole time, kept for writing the report
@@ -180,7 +181,7 @@ def _first_json(text: str) -> object:
 
 
 def _clean_query(text: str) -> str:
-    return _shorten(" ".join(text.split()), QUERY_CHARS)
+    return shorten(one_line(text), QUERY_CHARS)
 
 
 # -- search and read ------------------------------------------------------------------------
@@ -198,7 +199,7 @@ async def _search_all(found: _Found, search: Search, progress: Progress) -> None
             try:
                 found.results[index] = await search(query)
             except Exception as exc:  # one failed search is a note, not the end of the research
-                found.failures.append(f"“{_shorten(query, 60)}”: {_shorten(str(exc) or type(exc).__name__, 200)}")
+                found.failures.append(f"“{shorten(query, 60)}”: {shorten(str(exc) or type(exc).__name__, 200)}")
         report()
 
     report()
@@ -223,7 +224,7 @@ def _select(found: _Found, limits: Limits, timed_out: bool) -> list[Page]:
         raise ResearchError("The searches found no pages with text for: " + "; ".join(found.queries))
     pages = list(chosen.values())
     caps = _allot([min(len(p.text.strip()), limits.page_chars) for p in pages], limits.total_chars)
-    return [Page(p.title.strip() or _host(p.url), p.url, _shorten(p.text.strip(), cap), p.published)
+    return [Page(p.title.strip() or _host(p.url), p.url, shorten(p.text.strip(), cap), p.published)
             for p, cap in zip(pages, caps)]  # fmt: skip
 
 
@@ -291,7 +292,7 @@ def _page_list(pages: list[Page]) -> str:
     """What the research has when no report could be written: the pages, each with its start."""
     parts = ["# Sources found (no report: the research ran out of time)"]
     for n, page in enumerate(pages, 1):
-        excerpt = one_line(_shorten(page.text, EXCERPT_CHARS))
+        excerpt = one_line(shorten(page.text, EXCERPT_CHARS))
         parts.append(f"[{n}] {one_line(page.title)} — {page.url}\n\n> {excerpt}")
     return "\n\n".join(parts)
 
@@ -305,7 +306,3 @@ def _today() -> str:
 
 def _plural(count: int, one: str, many: str | None = None) -> str:
     return f"{count} {one if count == 1 else many or one + 's'}"
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

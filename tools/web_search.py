@@ -12,6 +12,7 @@ from pydantic import Field
 
 from chat_agent.config import Settings
 from chat_agent.per_loop import PerLoop
+from chat_agent.text import shorten
 from chat_agent.tools import ToolContext, ToolUnavailable
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def build(settings: Settings) -> BaseTool:
         query: Annotated[str, Field(min_length=1, description="What to search for.")],
         ctx: Annotated[ToolContext, InjectedToolArg],
     ) -> tuple[str, dict[str, Any]]:
-        ctx.progress(f"Searching the web for “{_shorten(query, 80)}”")
+        ctx.progress(f"Searching the web for “{shorten(query, 80)}”")
         results = await exa.search(query)
         ctx.progress(f"Found {len(results)} result{'' if len(results) == 1 else 's'}")
         return _content(query, results), _artifact(query, results)
@@ -124,7 +125,7 @@ def _explain(exc: ValueError) -> Exception:
     except (ValueError, AttributeError):
         detail = body
     meaning = _MEANING.get(status, "Exa is having trouble" if status >= 500 else "Exa failed")
-    return WebSearchError(f"{meaning} (HTTP {status}): {_shorten(str(detail), 300)}")
+    return WebSearchError(f"{meaning} (HTTP {status}): {shorten(str(detail), 300)}")
 
 
 def _content(query: str, results: list[Result]) -> str:
@@ -136,7 +137,7 @@ def _content(query: str, results: list[Result]) -> str:
         if result.published_date:
             lines.append(f"Published: {result.published_date[:10]}")
         text = (result.text or "").strip()
-        lines.append(_shorten(text, TEXT_CHARS) if text else "(no text)")
+        lines.append(shorten(text, TEXT_CHARS) if text else "(no text)")
         parts.append("\n".join(lines))
     return "\n\n".join(parts)
 
@@ -146,7 +147,3 @@ def _artifact(query: str, results: list[Result]) -> dict[str, Any]:
         "query": query,
         "results": [{"title": r.title, "url": r.url, "publishedDate": r.published_date} for r in results],
     }
-
-
-def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
