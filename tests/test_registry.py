@@ -471,3 +471,18 @@ def test_a_tool_needing_an_injection_we_cannot_supply_is_refused() -> None:
     with pytest.raises(ValueError, match="store"):
         registry.add(StructuredTool.from_function(coroutine=remember, description="Remember."))
     assert registry.availability() == [] and registry.schemas() == []
+
+
+@pytest.mark.asyncio
+async def test_a_tool_whose_service_is_missing_fails_clearly() -> None:
+    @tool
+    async def needs_files(ctx: Annotated[ToolContext, InjectedToolArg]) -> str:
+        """Lists files."""
+        return str(await ctx.require("files").images())
+
+    registry = ToolRegistry()
+    registry.add(needs_files)
+    result = await registry.run("t", "needs_files", {}, conversation_id="c", owner="o", on_progress=Progress())
+    assert result.is_error and result.content == "RuntimeError: files is not available to this tool call"
+    with pytest.raises(AttributeError):
+        ToolContext("c", "o", "t").require("no_such_service")

@@ -38,7 +38,7 @@ def build(settings: Settings) -> BaseTool:
     ) -> tuple[str, dict[str, Any]]:
         file = await _pick(ctx, document_id)
         ctx.progress(f"Reading {file.filename}")
-        doc = await ctx.documents.parsed(ctx.owner, file)
+        doc = await ctx.require("documents").parsed(ctx.owner, file)
         if parts:
             text = read_parts(doc, parts)
         elif query is not None:
@@ -54,9 +54,7 @@ def build(settings: Settings) -> BaseTool:
 
 
 async def _pick(ctx: ToolContext, document_id: str | None) -> Any:
-    if ctx.files is None or ctx.documents is None:
-        raise RuntimeError("documents are not available in this context")
-    documents = await ctx.files.documents()
+    documents = await ctx.require("files").documents()
     if document_id is None:
         if len(documents) == 1:
             return documents[0]

@@ -28,12 +28,6 @@ Give `target`: text copied exactly from the current version that occurs there on
 replaces it. When the user has highlighted a passage, leave `target` out: `replacement` replaces the highlight."""
 
 
-def _canvas(ctx: ToolContext) -> Any:
-    if ctx.canvas is None:
-        raise RuntimeError("the canvas is not available in this conversation")
-    return ctx.canvas
-
-
 def _summary(state: Any, verb: str) -> tuple[str, dict[str, Any]]:
     current = state.current
     text = (f"{verb} the artifact “{current.title}” ({current.type}"
@@ -52,7 +46,7 @@ def build_generate(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         language: Annotated[str | None, Field(description="For code: python, typescript, …")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = _canvas(ctx)
+        canvas = ctx.require("canvas")
         state = canvas.add_version(type=type, title=title, language=language, content=content, source="model")
         canvas.shown_index = state.current_index  # the model wrote it: it has seen it whole
         return _summary(state, "Created" if state.version_count == 1 else "Replaced")
@@ -70,7 +64,7 @@ def build_rewrite(settings: Settings) -> BaseTool:
         type: Annotated[Literal["text", "code"] | None, Field(description="A new type, if it changes.")] = None,
         language: Annotated[str | None, Field(description="A new language (code), if it changes.")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = _canvas(ctx)
+        canvas = ctx.require("canvas")
         current = canvas.current
         if current is None:
             raise ValueError("There is no artifact to rewrite yet; create one with generate_artifact.")
@@ -108,7 +102,7 @@ def build_update(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         target: Annotated[str | None, Field(description="Exact existing text to replace (omit for a highlight).")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = _canvas(ctx)
+        canvas = ctx.require("canvas")
         current = canvas.current
         if current is None:
             raise ValueError("There is no artifact to update yet; create one with generate_artifact.")

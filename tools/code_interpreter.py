@@ -83,9 +83,7 @@ def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
             "Ids of this conversation's images to copy into the working directory; "
             f"leave out for the {DEFAULT_IMAGES} newest, [] for none."))] = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        files = ctx.files
-        if files is None:
-            raise RuntimeError("file storage is not available in this conversation")
+        files = ctx.require("files")
         ctx.progress("Preparing files")
         inputs = await _inputs(files, image_ids)
         ctx.progress("Running code")

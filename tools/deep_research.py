@@ -45,14 +45,13 @@ def build(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         depth: Annotated[Depth, Field(description="quick: 3 searches, 5 pages; standard: 5 and 8; thorough: 6 and 12.")] = "standard",
     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
-        if ctx.model is None:
-            raise RuntimeError("deep_research needs a model client, and this call has none")
+        model = ctx.require("model")
         question = question.strip()
         if not question:
             raise ValueError("the question is blank")
         limits = limits_for(settings, depth)
         report = await research(
-            question, model=ctx.model, limits=limits, progress=ctx.progress,
+            question, model=model, limits=limits, progress=ctx.progress,
             search=lambda query: search(query, limits.page_chars),
         )  # fmt: skip
         return _content(question, report), _output(report)

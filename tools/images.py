@@ -87,7 +87,7 @@ def build_generate(settings: Settings) -> BaseTool:
             str | None, Field(description="Id of an image of the conversation to base the new one on.")
         ] = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        files = _files(ctx)
+        files = ctx.require("files")
         if reference_image_id:
             ctx.progress("Reading the reference image…")
             reference, _ = await _read_image(files, reference_image_id)
@@ -122,7 +122,7 @@ def build_edit(settings: Settings) -> BaseTool:
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         if mask_id and mask_region:
             raise ImageToolError("Give mask_id or mask_region, not both.")
-        files = _files(ctx)
+        files = ctx.require("files")
         ctx.progress("Reading the image…")
         source, (width, height) = await _read_image(files, image_id)
         mask = None
@@ -150,12 +150,6 @@ def _timed(image_tool: BaseTool) -> BaseTool:
     """Sets the timeout the registry gives the tool (set on both, so they cannot drift apart)."""
     image_tool.metadata = {"timeout": TOOL_TIMEOUT}
     return image_tool
-
-
-def _files(ctx: ToolContext) -> ConversationFiles:
-    if ctx.files is None:
-        raise RuntimeError("the conversation's files are not available here")
-    return ctx.files
 
 
 async def _read(files: ConversationFiles, file_id: str) -> tuple[StoredFile, bytes]:

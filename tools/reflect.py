@@ -42,10 +42,9 @@ def build(settings: Settings) -> BaseTool:
     ) -> tuple[str, dict[str, Any]]:
         if not any(item.strip() for item in [*styleRules, *facts]):
             raise ValueError("Nothing to remember: give at least one non-empty item in styleRules or facts.")
-        if ctx.memory is None:
-            raise RuntimeError("memories are not available in this conversation")
-        before = ctx.memory.current()
-        after = ctx.memory.add(styleRules, facts)
+        memory = ctx.require("memory")
+        before = memory.current()
+        after = memory.add(styleRules, facts)
         return _report(before, after, styleRules, facts), _artifact(after)
 
     return reflect

@@ -30,6 +30,14 @@ class ToolContext:
     model: Any = None  # chat_agent.llm.ModelClient, for tools that ask a model themselves
     documents: Any = None  # chat_agent.attachments.DocumentLibrary: parsed documents, read on demand
 
+    def require(self, service: str) -> Any:
+        """A service the turn lends its tools (`ctx.require("files")`); RuntimeError where
+        this call has none, e.g. a tool run outside any conversation."""
+        value = getattr(self, service)
+        if value is None:
+            raise RuntimeError(f"{service} is not available to this tool call")
+        return value
+
     def progress(self, status: str) -> None:
         """Tell the user what the tool is doing now (a short phrase): a `tool_progress` frame.
 
