@@ -19,7 +19,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python bench/x.py` puts bench/ first, not the repo root
@@ -190,6 +190,15 @@ def use_uvloop() -> None:
     except ImportError:
         return
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
+def run(main_async: Callable[[Any], Awaitable[bool]], args: Any, *, fds: int | None = None) -> int:
+    """Runs a bench on uvloop where installed, with `fds` file descriptors allowed if given;
+    exit status 0 when it met its target."""
+    if fds is not None:
+        raise_fd_limit(fds)
+    use_uvloop()
+    return 0 if asyncio.run(main_async(args)) else 1
 
 
 def proc_cpu(pid: int) -> float:

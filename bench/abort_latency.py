@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, raise_fd_limit, recv_json,  # noqa: E402
-                     send_message, use_uvloop, verdict, ws_connect)
+from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json,  # noqa: E402
+                     send_message, run, verdict, ws_connect)
 
 import psutil  # noqa: E402
 
@@ -165,9 +165,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--bursts", type=int, default=20, help="burst-stream aborts, reported apart (0: none)")
     args = parser.parse_args()
-    raise_fd_limit()
-    use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    return run(main_async, args, fds=65536)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ reported separately. Target: ≤ 1 ms per turn (median); the ratio is median / 1
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import tempfile
 import time
@@ -33,7 +32,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import median, ms, pct, use_uvloop, verdict  # noqa: E402
+from _common import median, ms, pct, run, verdict  # noqa: E402
 
 from chat_agent.config import Settings  # noqa: E402
 from chat_agent.conversation import ConversationManager  # noqa: E402
@@ -217,8 +216,7 @@ def main() -> int:
     parser.add_argument("--tool-chars", type=int, default=3_000)
     parser.add_argument("--answer-chars", type=int, default=1_500)
     args = parser.parse_args()
-    use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    return run(main_async, args)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ChatServer, FakeAnthropicProcess, raise_fd_limit, use_uvloop, verdict, ws_connect  # noqa: E402
+from _common import ChatServer, FakeAnthropicProcess, run, verdict, ws_connect  # noqa: E402
 
 import psutil  # noqa: E402
 
@@ -106,9 +106,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=100)
     args = parser.parse_args()
-    raise_fd_limit(max(65536, 4 * args.connections))
-    use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    return run(main_async, args, fds=max(65536, 4 * args.connections))
 
 
 if __name__ == "__main__":

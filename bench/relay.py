@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (PY, ChatServer, Child, FakeAnthropicProcess, free_port, median, proc_cpu, raise_fd_limit,  # noqa: E402
-                     send_message, use_uvloop, verdict, ws_connect)
+from _common import (PY, ChatServer, Child, FakeAnthropicProcess, free_port, median, proc_cpu,  # noqa: E402
+                     send_message, run, verdict, ws_connect)
 
 TARGET = 0.8
 
@@ -150,9 +150,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
-    raise_fd_limit()
-    use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    return run(main_async, args, fds=65536)
 
 
 if __name__ == "__main__":

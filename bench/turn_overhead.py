@@ -28,7 +28,6 @@ per turn of each, and ours' own functions (chat_agent, the store) by cumulative 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import gc
 import io
@@ -44,7 +43,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, send_message,  # noqa: E402
-                     use_uvloop, verdict, ws_connect)
+                     run, verdict, ws_connect)
 from bench_tools import noop  # noqa: E402
 
 import anthropic  # noqa: E402
@@ -298,8 +297,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--profile-turns", type=int, default=100)
     args = parser.parse_args()
-    use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    return run(main_async, args)
 
 
 if __name__ == "__main__":
