@@ -109,6 +109,8 @@ class AttachmentReader:
         self._decoding = asyncio.Semaphore(DECODING)
 
     async def prepare(self, owner: str, conversation_id: str, attachments: list[Attachment]) -> PreparedAttachments:
+        if not attachments:  # most messages
+            return PreparedAttachments()
         images = [a for a in attachments if isinstance(a, ImageAttachment)]
         documents = [a for a in attachments if isinstance(a, DocumentAttachment)]
         if len(images) > MAX_IMAGES or len(documents) > MAX_DOCUMENTS:

@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .attachments import PreparedAttachments
 from .loop import Turn
 from .memory import render_memories
 from .prompting import artifact_block, highlight_block, system_blocks
@@ -102,12 +101,6 @@ async def _plan(hub: "Hub", live: "LiveConversation", message: MessageIn) -> Pla
     return Plan(request=message.content, visible=message.content)
 
 
-async def _attachments(hub: "Hub", live: "LiveConversation", message: MessageIn) -> PreparedAttachments:
-    if not message.attachments:
-        return PreparedAttachments()
-    return await hub.attachments.prepare(live.owner, live.id, message.attachments)
-
-
 def _model_content(live: "LiveConversation", plan: Plan, attached: list[dict[str, Any]]) -> list[dict[str, Any]]:
     blocks = list(attached)
     canvas, version = live.canvas, live.canvas.current
@@ -141,7 +134,7 @@ async def prepare_turn(hub: "Hub", live: "LiveConversation",
     if model not in settings.models:
         raise FrameRejected("invalid_frame", f"Model {model!r} is not available here; choose one of: "
                                              + ", ".join(settings.models))
-    attached = await _attachments(hub, live, message)
+    attached = await hub.attachments.prepare(live.owner, live.id, message.attachments)
     memories = await hub.memories.load(live.owner)
     tools = hub.agent.registry.schemas(tool_names(hub, message))
     system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
