@@ -1,19 +1,27 @@
-"""Runs chat-agent: `python server.py`. Configuration comes from the environment (README)."""
+"""Runs chat-agent: `python server.py`. Configuration comes from the environment (README).
+
+This is where the house is put together: the tools (the top-level `tools` package, one
+module each) are composed into a registry here and handed to `create_app`, so the core
+package never imports them.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
+from typing import Callable
 
 import uvicorn
 
-from chat_agent.app import create_app
-from chat_agent.auth import refuse_open_listen
+import tools
 from chat_agent.config import ConfigError, Settings
+from chat_agent.tooling import ToolRegistry
+from chat_agent.web.app import create_app
+from chat_agent.web.auth import refuse_open_listen
 
 
-def main() -> int:
+def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry) -> int:
     logging.basicConfig(level=os.environ.get("CHAT_AGENT_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -28,7 +36,8 @@ def main() -> int:
     if not settings.anthropic_api_key:
         logging.warning("ANTHROPIC_API_KEY is not set: the server runs, but turns will answer llm_error")
     uvicorn.run(
-        create_app(settings), host=settings.host, port=settings.port, lifespan="on",
+        create_app(settings, registry=build_registry(settings)), host=settings.host, port=settings.port,
+        lifespan="on",
         ws_per_message_deflate=False,  # compression costs CPU and memory per socket; frames are small
         # frames past our own limit get a `too_large` error and the socket stays; only far larger
         # ones are cut off by the protocol layer

@@ -1,11 +1,10 @@
 """`python server.py` with the benchmark tools (bench_tools.py) added to its registry.
 
 Everything else is the real server: `server.main()` with its uvicorn settings and
-configuration from the environment. Only `tools.build_registry`, which `create_app` looks
-up when the app starts, is wrapped to add the tools. BENCH_TOOLS=noop,sleep (names,
-comma-separated) offers only those, and none of the product's tools, so that the model
-requests equal those of the other variants a benchmark compares; by default all of them
-are added to the product's tools.
+configuration from the environment; only the registry it composes gets the bench tools.
+BENCH_TOOLS=noop,sleep (names, comma-separated) offers only those, and none of the
+product's tools, so that the model requests equal those of the other variants a benchmark
+compares; by default all of them are added to the product's tools.
 
     python bench/bench_server.py      # same environment variables as server.py
 """
@@ -19,26 +18,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]
 
+import server  # noqa: E402
 import tools  # noqa: E402
-from chat_agent.tools import ToolRegistry  # noqa: E402
 from bench_tools import BENCH_TOOLS  # noqa: E402
-
-_build_registry = tools.build_registry
+from chat_agent.tooling import ToolRegistry  # noqa: E402
 
 
 def build_registry(settings):
     wanted = {name for name in os.environ.get("BENCH_TOOLS", "").split(",") if name}
     registry = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars) \
-        if wanted else _build_registry(settings)
+        if wanted else tools.build_registry(settings)
     for tool in BENCH_TOOLS:
         if not wanted or tool.name in wanted:
             registry.add(tool)
     return registry
 
 
-tools.build_registry = build_registry
-
 if __name__ == "__main__":
-    import server  # noqa: E402
-
-    sys.exit(server.main())
+    sys.exit(server.main(build_registry))

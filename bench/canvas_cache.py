@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from chat_agent.tokens import TokenCounter  # noqa: E402
+from chat_agent.context.tokens import TokenCounter  # noqa: E402
 from tests.fakes.anthropic_fake import FakeAnthropic, Reply, Text, ToolUse  # noqa: E402
 from tests.support import ServerProcess, connect, send, until  # noqa: E402
 

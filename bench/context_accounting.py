@@ -35,13 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import median, ms, pct, run, verdict  # noqa: E402
 
 from chat_agent.config import Settings  # noqa: E402
-from chat_agent.conversation import ConversationManager  # noqa: E402
-from chat_agent.events import TokenUsage  # noqa: E402
+from chat_agent.context.conversation import ConversationManager  # noqa: E402
+from chat_agent.protocol import Usage as TokenUsage  # noqa: E402
 from chat_agent.protocol import VisibleMessage  # noqa: E402
 from chat_agent.store import AppendHistory, CreateConversation, HistoryItem, SqliteStore  # noqa: E402
-from chat_agent.summary import plan_summary  # noqa: E402
-from chat_agent.tokens import TokenCounter, content_chars  # noqa: E402
-from chat_agent.writer import StoreWriter  # noqa: E402
+from chat_agent.context.summary import plan_summary  # noqa: E402
+from chat_agent.context.tokens import TokenCounter, content_chars  # noqa: E402
+from chat_agent.store.writer import StoreWriter  # noqa: E402
 
 TARGET_S = 0.001
 WEB_SEARCH_CHARS = 15_000  # tools/web_search.py: 5 results x TEXT_CHARS 3,000

@@ -49,14 +49,14 @@ from bench_tools import noop  # noqa: E402
 import anthropic  # noqa: E402
 
 from chat_agent.config import Settings  # noqa: E402
-from chat_agent.conversation import ConversationManager  # noqa: E402
-from chat_agent.llm import ModelClient  # noqa: E402
-from chat_agent.loop import Agent, Turn, run_turn  # noqa: E402
-from chat_agent.prompts import SYSTEM_PROMPT  # noqa: E402
+from chat_agent.context.conversation import ConversationManager  # noqa: E402
+from chat_agent.model import AnthropicClient as ModelClient  # noqa: E402
+from chat_agent.agent.loop import Agent, Turn, run_turn  # noqa: E402
+from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
 from chat_agent.store import CreateConversation, SqliteStore  # noqa: E402
-from chat_agent.tokens import TokenCounter  # noqa: E402
-from chat_agent.tools import ToolRegistry  # noqa: E402
-from chat_agent.writer import StoreWriter  # noqa: E402
+from chat_agent.context.tokens import TokenCounter  # noqa: E402
+from chat_agent.tooling import ToolRegistry  # noqa: E402
+from chat_agent.store.writer import StoreWriter  # noqa: E402
 
 TARGET = 0.5
 PROMPT = '[[tool noop {}]] please'

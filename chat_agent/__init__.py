@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .app import create_app
+    from .web.app import create_app
     from .config import Settings
 
 __all__ = ["create_app", "Settings", "__version__"]
@@ -19,7 +19,7 @@ __all__ = ["create_app", "Settings", "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "create_app":
-        from .app import create_app
+        from .web.app import create_app
         return create_app
     if name == "Settings":
         from .config import Settings

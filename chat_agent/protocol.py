@@ -40,10 +40,24 @@ class ContextInfo(Model):
 
 
 class Usage(Model):
+    """Tokens of one model call or of a whole turn: the model clients report it, the loop
+    adds it up, `done.usage` and the stored turn show it."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+
+    def add(self, other: "Usage") -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_read_tokens += other.cache_read_tokens
+        self.cache_write_tokens += other.cache_write_tokens
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Everything the model read, cached or not: the size of the context it saw."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
 
 
 class ToolCallRecord(Model):

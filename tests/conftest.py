@@ -48,7 +48,7 @@ def fake_anthropic() -> Iterator[ScriptedFake]:
 async def db(tmp_path: Path):
     """A real SQLite store in a temp dir with its group-commit writer running."""
     from chat_agent.store import SqliteStore
-    from chat_agent.writer import StoreWriter
+    from chat_agent.store.writer import StoreWriter
 
     store = SqliteStore(tmp_path / "db.sqlite")
     await store.open()

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from chat_agent.background import Background
+from chat_agent.sessions.background import Background
 
 TICK = 0.02
 

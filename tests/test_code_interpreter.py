@@ -20,10 +20,10 @@ import pytest
 from PIL import Image
 
 from chat_agent.config import Settings
-from chat_agent.files import ConversationFiles, open_files
-from chat_agent.sandbox import probe
+from chat_agent.files.catalog import ConversationFiles, open_files
+from tools.sandbox.runner import probe
 from chat_agent.store import CreateConversation
-from chat_agent.tools import ToolRegistry, ToolResult, ToolUnavailable
+from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices, ToolUnavailable
 from tests.cancelling import cancel_within
 from tests.processes import cmdline, ours, wait_for_tree
 from tools import code_interpreter
@@ -68,7 +68,7 @@ async def run(registry: ToolRegistry, files: ConversationFiles, code: str, statu
     sink = statuses if statuses is not None else []
     return await registry.run(
         "toolu_code", "code_interpreter", {"code": code, **tool_input}, conversation_id=files.conversation_id,
-        owner=files.owner, on_progress=lambda _id, _elapsed, status: sink.append(status), services={"files": files},
+        owner=files.owner, on_progress=lambda _id, _elapsed, status: sink.append(status), services=ToolServices(files=files),
     )
 
 

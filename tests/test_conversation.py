@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from chat_agent.conversation import ConversationManager
-from chat_agent.events import TokenUsage
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.protocol import Usage as TokenUsage
 from chat_agent.protocol import VisibleMessage
 from chat_agent.store import CreateConversation
-from chat_agent.tokens import TokenCounter
+from chat_agent.context.tokens import TokenCounter
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +105,8 @@ async def test_a_bad_operation_spares_other_conversations(store, counter):
 
 
 def test_an_image_costs_what_its_size_says():
-    from chat_agent.images import image_block, prepare_image
-    from chat_agent.tokens import IMAGE_TOKENS, TokenCounter
+    from chat_agent.files.images import image_block, prepare_image
+    from chat_agent.context.tokens import IMAGE_TOKENS, TokenCounter
     from tests.samples import make_png
 
     counter = TokenCounter()

@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from chat_agent.citations import Source, cite
+from tools.research.citations import Source, cite
 from chat_agent.config import Settings
-from chat_agent.llm import ModelClient
-from chat_agent.research import parse_queries
-from chat_agent.tools import ToolAvailability, ToolRegistry, ToolResult, ToolUnavailable
+from chat_agent.model import AnthropicClient as ModelClient
+from tools.research.pipeline import parse_queries
+from chat_agent.tooling import ToolAvailability, ToolRegistry, ToolResult, ToolServices, ToolUnavailable
 from tests.cancelling import cancel_within
 from tests.fakes.anthropic_fake import FakeAnthropic, Fault, Reply
 from tests.fakes.exa_fake import FakeExa, page
@@ -80,7 +80,7 @@ async def run(registry: ToolRegistry, model: ModelClient, statuses: list[str] | 
     sink = statuses if statuses is not None else []
     return await registry.run(
         "toolu_dr", "deep_research", {"question": QUESTION, **tool_input}, conversation_id="c", owner="o",
-        on_progress=lambda _id, _elapsed, status: sink.append(status), services={"model": model},
+        on_progress=lambda _id, _elapsed, status: sink.append(status), services=ToolServices(model=model),
     )  # fmt: skip
 
 

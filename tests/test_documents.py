@@ -25,7 +25,7 @@ import pytest
 
 from tests.cancelling import cancel_within
 from tests.samples import long_pdf, make_docx, make_pdf
-from chat_agent.documents import (DocumentError, ParsedDocument, parse_document, read_parts,
+from chat_agent.files.documents import (DocumentError, ParsedDocument, parse_document, read_parts,
                                   render_for_model, search)
 
 PDF, TXT, MD, CSV = "application/pdf", "text/plain", "text/markdown", "text/csv"
@@ -116,7 +116,7 @@ def parser_children() -> list[int]:
             command = Path(f"/proc/{entry}/cmdline").read_bytes()
         except (OSError, ValueError):
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"chat_agent.docparse" in command:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid() and b"chat_agent.files.docparse" in command:
             found.append(int(entry))
     return found
 

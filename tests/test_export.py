@@ -20,7 +20,7 @@ from docx.oxml.ns import qn
 from docx.text.paragraph import Paragraph
 from lxml import etree
 
-from chat_agent.export import ExportError, Exported, export_artifact
+from chat_agent.canvas.export import ExportError, Exported, export_artifact
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 

@@ -19,10 +19,10 @@ import httpx
 import pytest
 from PIL import Image
 
-from chat_agent.blobs import BlobNotFound, LocalBlobs, S3Blobs, open_blobs
+from chat_agent.files.blobs import BlobNotFound, LocalBlobs, S3Blobs, open_blobs
 from chat_agent.config import Settings
-from chat_agent.files import FileError, Files, StoredFile, clean_filename, open_files
-from chat_agent.sniff import DOCX, sniff
+from chat_agent.files.catalog import FileError, Files, StoredFile, clean_filename, open_files
+from chat_agent.files.sniff import DOCX, sniff
 from chat_agent.store import (AddFile, AttachFile, ConstraintError, CreateConversation, DeleteConversation,
                               FileRecord, SqliteStore, op_scope, schema)
 from chat_agent.store.writes import plan

@@ -14,12 +14,12 @@ import httpx
 import pytest
 from PIL import Image, ImageChops
 
-from chat_agent.blobs import LocalBlobs
+from chat_agent.files.blobs import LocalBlobs
 from chat_agent.config import Settings
-from chat_agent.files import Files
+from chat_agent.files.catalog import Files
 from chat_agent.store import CreateConversation
-from chat_agent.image_api import ImageApi, ImageApiError
-from chat_agent.tools import ToolRegistry, ToolResult, ToolUnavailable
+from tools.imaging.api import ImageApi, ImageApiError
+from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices, ToolUnavailable
 from tests.cancelling import cancel_within
 from tests.fakes.images_fake import FakeImages, blend, color_for, nearest_size
 from tools import images
@@ -53,7 +53,7 @@ async def call(registry: ToolRegistry, files: Any, name: str, tool_input: dict[s
     sink = statuses if statuses is not None else []
     return await registry.run(
         "toolu_img", name, tool_input, conversation_id=CONVERSATION, owner=OWNER,
-        on_progress=lambda _id, _elapsed, status: sink.append(status), services={"files": files},
+        on_progress=lambda _id, _elapsed, status: sink.append(status), services=ToolServices(files=files),
     )  # fmt: skip
 
 

@@ -24,8 +24,8 @@ import httpcore
 import pytest
 from PIL import Image
 
-from chat_agent.image_fetch import MAX_REDIRECTS, check_address, fetch_image
-from chat_agent.images import ImageError, PreparedImage, prepare_image
+from chat_agent.files.image_fetch import MAX_REDIRECTS, check_address, fetch_image
+from chat_agent.files.images import ImageError, PreparedImage, prepare_image
 
 FORMATS = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 

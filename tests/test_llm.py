@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chat_agent.config import Settings
-from chat_agent.events import TextDelta
-from chat_agent.llm import LLMError, ModelClient, ModelReply, ModelRequest
+from chat_agent.model import AnthropicClient as ModelClient, LLMError, ModelReply, ModelRequest, TextDelta
 from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
 
 

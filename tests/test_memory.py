@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from chat_agent.memory import MemoryBook, render_memories, validate_memories
+from chat_agent.canvas.memory import MemoryBook, render_memories, validate_memories
 from chat_agent.store import MemoriesRecord, SetMemories, SqliteStore
 
 

@@ -6,14 +6,14 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chat_agent.config import Settings
-from chat_agent.llm import LLMError, ModelClient
-from chat_agent.memory import MemoryBook
+from chat_agent.model import AnthropicClient as ModelClient, LLMError
+from chat_agent.canvas.memory import MemoryBook
 from chat_agent.protocol import ToolCallRecord, VisibleMessage
-from chat_agent.reflection import reflect, transcript_for_reflection
+from chat_agent.canvas.reflection import reflect, transcript_for_reflection
 from chat_agent.store import MemoriesRecord, SqliteStore
-from chat_agent.titles import clean_title, make_title
-from chat_agent.tools import ToolRegistry
-from chat_agent.writer import StoreWriter
+from chat_agent.canvas.titles import clean_title, make_title
+from chat_agent.tooling import ToolRegistry, ToolServices
+from chat_agent.store.writer import StoreWriter
 from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
 from tools import reflect as reflect_tool
 
@@ -155,7 +155,7 @@ async def test_reflect_tool_through_the_registry(tmp_path):
 
         async def run(tool_input: dict, memory=book.for_user("alice")):
             return await registry.run("toolu_1", "reflect", tool_input, conversation_id="c", owner="alice",
-                                      on_progress=lambda *a: None, services={"memory": memory})
+                                      on_progress=lambda *a: None, services=ToolServices(memory=memory))
 
         result = await run({"styleRules": ["use british  spelling."], "facts": ["Teaches chemistry."]})
         assert not result.is_error

@@ -12,7 +12,7 @@ import pytest
 from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, StructuredTool, ToolException, tool
 from pydantic import BaseModel, Field
 
-from chat_agent.tools import ToolAvailability, ToolContext, ToolRegistry, ToolResult
+from chat_agent.tooling import ToolAvailability, ToolContext, ToolRegistry, ToolResult
 from tests.cancelling import cancel_within
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from chat_agent.sandbox import SandboxFile, SandboxLimits, SandboxResult, probe, run_python
+from tools.sandbox.runner import SandboxFile, SandboxLimits, SandboxResult, probe, run_python
 from tests.cancelling import cancel_within
 from tests.processes import alive, cmdline, ours, wait_for_tree
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chat_agent.summary import choose_cut, render_transcript, summary_message, valid_cut
+from chat_agent.context.summary import choose_cut, render_transcript, summary_message, valid_cut
 
 
 def user(text: str) -> dict:

@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from chat_agent.blobs import BlobNotFound, S3Blobs, open_blobs
+from chat_agent.files.blobs import BlobNotFound, S3Blobs, open_blobs
 from chat_agent.config import Settings
-from chat_agent.files import FileError, open_files
+from chat_agent.files.catalog import FileError, open_files
 from chat_agent.store import CreateConversation
 from tests.fakes.s3_server import CREDENTIALS, MotoS3, MotoUnavailable
 from tests.test_files import image, word_document

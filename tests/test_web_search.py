@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from chat_agent.config import Settings
-from chat_agent.tools import ToolAvailability, ToolRegistry, ToolResult
+from chat_agent.tooling import ToolAvailability, ToolRegistry, ToolResult
 from tests.cancelling import cancel_within
 from tests.fakes.exa_fake import FakeExa, page, page_text
 from tools import build_registry, web_search

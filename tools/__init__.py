@@ -6,8 +6,7 @@ from typing import Callable
 
 from langchain_core.tools import BaseTool
 
-from chat_agent.config import Settings
-from chat_agent.tools import ToolRegistry, ToolUnavailable
+from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable
 
 from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, web_search
 

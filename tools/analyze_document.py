@@ -8,9 +8,7 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent.config import Settings
-from chat_agent.documents import read_parts, search
-from chat_agent.tools import ToolContext
+from chat_agent.tooling import Settings, StoredFile, ToolContext, read_parts, search
 
 NAME = "analyze_document"
 
@@ -38,7 +36,7 @@ def build(settings: Settings) -> BaseTool:
     ) -> tuple[str, dict[str, Any]]:
         file = await _pick(ctx, document_id)
         ctx.progress(f"Reading {file.filename}")
-        doc = await ctx.require("documents").parsed(ctx.owner, file)
+        doc = await ctx.documents.parsed(ctx.owner, file)
         if parts:
             text = read_parts(doc, parts)
         elif query is not None:
@@ -53,8 +51,8 @@ def build(settings: Settings) -> BaseTool:
     return analyze_document
 
 
-async def _pick(ctx: ToolContext, document_id: str | None) -> Any:
-    documents = await ctx.require("files").documents()
+async def _pick(ctx: ToolContext, document_id: str | None) -> StoredFile:
+    documents = await ctx.files.documents()
     if document_id is None:
         if len(documents) == 1:
             return documents[0]

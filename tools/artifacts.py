@@ -12,8 +12,7 @@ from typing import Annotated, Any, Literal
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent.config import Settings
-from chat_agent.tools import ToolContext
+from chat_agent.tooling import Settings, ToolContext
 
 GENERATE = """Create the canvas artifact: a markdown document (type "text") or a program (type "code", with its language).
 Use it when the user asks for something substantial they will keep editing: an essay, a plan, a post, code.
@@ -46,9 +45,10 @@ def build_generate(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         language: Annotated[str | None, Field(description="For code: python, typescript, …")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = ctx.require("canvas")
-        state = canvas.add_version(type=type, title=title, language=language, content=content, source="model")
-        canvas.shown_index = state.current_index  # the model wrote it: it has seen it whole
+        canvas = ctx.canvas
+        # The model wrote it whole, so it has seen it: the next turn need not show it again.
+        state = canvas.add_version(type=type, title=title, language=language, content=content, source="model",
+                                   seen_by_model=True)
         return _summary(state, "Created" if state.version_count == 1 else "Replaced")
 
     generate_artifact.metadata = {"streams": "content"}
@@ -64,14 +64,14 @@ def build_rewrite(settings: Settings) -> BaseTool:
         type: Annotated[Literal["text", "code"] | None, Field(description="A new type, if it changes.")] = None,
         language: Annotated[str | None, Field(description="A new language (code), if it changes.")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = ctx.require("canvas")
+        canvas = ctx.canvas
         current = canvas.current
         if current is None:
             raise ValueError("There is no artifact to rewrite yet; create one with generate_artifact.")
         kind = type or current.type
         state = canvas.add_version(type=kind, title=title or current.title, content=content, source="model",
-                                   language=(language or current.language) if kind == "code" else None)
-        canvas.shown_index = state.current_index
+                                   language=(language or current.language) if kind == "code" else None,
+                                   seen_by_model=True)
         return _summary(state, "Rewrote")
 
     rewrite_artifact.metadata = {"streams": "content"}
@@ -102,7 +102,7 @@ def build_update(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         target: Annotated[str | None, Field(description="Exact existing text to replace (omit for a highlight).")] = None,
     ) -> tuple[str, dict[str, Any]]:
-        canvas = ctx.require("canvas")
+        canvas = ctx.canvas
         current = canvas.current
         if current is None:
             raise ValueError("There is no artifact to update yet; create one with generate_artifact.")

@@ -19,12 +19,10 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent import sandbox
-from chat_agent.config import Settings
-from chat_agent.files import ConversationFiles, FileError, StoredFile
-from chat_agent.images import ImageError, PreparedImage, image_block, image_format, prepare_image
-from chat_agent.sandbox import SandboxFile, SandboxLimits, SandboxResult
-from chat_agent.tools import ToolContext, ToolUnavailable
+from .sandbox import runner as sandbox
+from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult
+from chat_agent.tooling import (ConversationFiles, FileError, ImageError, PreparedImage, Settings, StoredFile, ToolContext,
+                                ToolUnavailable, image_block, image_format, prepare_image)
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +81,7 @@ def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
             "Ids of this conversation's images to copy into the working directory; "
             f"leave out for the {DEFAULT_IMAGES} newest, [] for none."))] = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        files = ctx.require("files")
+        files = ctx.files
         ctx.progress("Preparing files")
         inputs = await _inputs(files, image_ids)
         ctx.progress("Running code")

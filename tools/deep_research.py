@@ -11,9 +11,8 @@ from typing import Annotated, Any, Literal
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent.config import Settings
-from chat_agent.research import Limits, Page, Report, research
-from chat_agent.tools import ToolContext
+from .research.pipeline import Limits, Page, Report, research
+from chat_agent.tooling import Settings, ToolContext
 
 from .web_search import connect
 
@@ -45,7 +44,7 @@ def build(settings: Settings) -> BaseTool:
         ctx: Annotated[ToolContext, InjectedToolArg],
         depth: Annotated[Depth, Field(description="quick: 3 searches, 5 pages; standard: 5 and 8; thorough: 6 and 12.")] = "standard",
     ) -> tuple[str, dict[str, Any]]:  # fmt: skip
-        model = ctx.require("model")
+        model = ctx.model
         question = question.strip()
         if not question:
             raise ValueError("the question is blank")

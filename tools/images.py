@@ -25,13 +25,10 @@ from typing import Annotated, Any, Literal
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import BaseModel, ConfigDict, Field
 
-from chat_agent.config import Settings
-from chat_agent.files import ConversationFiles, FileError, StoredFile
-from chat_agent.image_api import ImageApi, ImageInput
-from chat_agent.image_edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
-from chat_agent.images import image_block
-from chat_agent.sniff import EXTENSIONS
-from chat_agent.tools import ToolContext, ToolUnavailable
+from .imaging.api import ImageApi, ImageInput
+from .imaging.edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
+from chat_agent.tooling import (EXTENSIONS, ConversationFiles, FileError, Settings, StoredFile, ToolContext, ToolUnavailable,
+                                image_block)
 
 GENERATE_NAME = "generate_image"
 EDIT_NAME = "edit_image"
@@ -87,7 +84,7 @@ def build_generate(settings: Settings) -> BaseTool:
             str | None, Field(description="Id of an image of the conversation to base the new one on.")
         ] = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        files = ctx.require("files")
+        files = ctx.files
         if reference_image_id:
             ctx.progress("Reading the reference image…")
             reference, _ = await _read_image(files, reference_image_id)
@@ -122,7 +119,7 @@ def build_edit(settings: Settings) -> BaseTool:
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         if mask_id and mask_region:
             raise ImageToolError("Give mask_id or mask_region, not both.")
-        files = ctx.require("files")
+        files = ctx.files
         ctx.progress("Reading the image…")
         source, (width, height) = await _read_image(files, image_id)
         mask = None

@@ -11,10 +11,8 @@ from typing import Annotated, Any
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent.config import Settings
-from chat_agent.memory import MAX_CHARS, clean_item, item_key
-from chat_agent.store import MemoriesRecord
-from chat_agent.tools import ToolContext
+from chat_agent.tooling import MEMORY_ITEM_CHARS as MAX_CHARS
+from chat_agent.tooling import MemoriesRecord, Settings, ToolContext, clean_item, item_key
 
 NAME = "reflect"
 MAX_PER_CALL = 10  # per list: more at once is not reflection but a dump
@@ -42,7 +40,7 @@ def build(settings: Settings) -> BaseTool:
     ) -> tuple[str, dict[str, Any]]:
         if not any(item.strip() for item in [*styleRules, *facts]):
             raise ValueError("Nothing to remember: give at least one non-empty item in styleRules or facts.")
-        memory = ctx.require("memory")
+        memory = ctx.memory
         before = memory.current()
         after = memory.add(styleRules, facts)
         return _report(before, after, styleRules, facts), _artifact(after)

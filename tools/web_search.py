@@ -10,10 +10,7 @@ import httpx
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
-from chat_agent.config import Settings
-from chat_agent.per_loop import PerLoop
-from chat_agent.text import shorten
-from chat_agent.tools import ToolContext, ToolUnavailable
+from chat_agent.tooling import PerLoop, Settings, ToolContext, ToolUnavailable, shorten
 
 if TYPE_CHECKING:
     from exa_py import AsyncExa

@@ -10,25 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chat_agent.store.base import (
-    ArtifactRecord,
-    ArtifactSource,
-    ArtifactType,
-    ArtifactVersionRecord,
-    ConstraintError,
-    ConversationRecord,
-    EventRecord,
-    FileRecord,
-    FileSource,
-    History,
-    HistoryItem,
-    MemoriesRecord,
-    QuickActionRecord,
-    Store,
-    StoreError,
-    TurnRecord,
-    TurnStatus,
-)
+from chat_agent.store.base import ConstraintError, Store, StoreError
 from chat_agent.store.ops import (
     AddArtifactVersion,
     AddFile,
@@ -52,7 +34,24 @@ from chat_agent.store.ops import (
     UpsertHistoryItem,
     op_scope,
 )
+from chat_agent.store.records import (
+    ArtifactRecord,
+    ArtifactSource,
+    ArtifactType,
+    ArtifactVersionRecord,
+    ConversationRecord,
+    EventRecord,
+    FileRecord,
+    FileSource,
+    History,
+    HistoryItem,
+    MemoriesRecord,
+    QuickActionRecord,
+    TurnRecord,
+    TurnStatus,
+)
 from chat_agent.store.sqlite import SqliteStore
+from chat_agent.store.writer import StoreWriter
 
 __all__ = [
     "AddArtifactVersion",
@@ -87,6 +86,7 @@ __all__ = [
     "SetMemories",
     "SetTitle",
     "SqliteStore",
+    "StoreWriter",
     "StartTurn",
     "Store",
     "StoreError",

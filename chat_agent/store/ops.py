@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from chat_agent.store.base import (
+from chat_agent.store.records import (
     ArtifactVersionRecord,
     EventRecord,
     FileRecord,

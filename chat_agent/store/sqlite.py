@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chat_agent.store.base import (
+from chat_agent.store.base import ConstraintError, Store, StoreError
+from chat_agent.store.ops import Op
+from chat_agent.store.records import (
     ArtifactRecord,
     ArtifactVersionRecord,
-    ConstraintError,
     ConversationRecord,
     EventRecord,
     FileRecord,
@@ -29,11 +30,8 @@ from chat_agent.store.base import (
     HistoryItem,
     MemoriesRecord,
     QuickActionRecord,
-    Store,
-    StoreError,
     TurnRecord,
 )
-from chat_agent.store.ops import Op
 from chat_agent.store.schema import PRAGMAS, migrate
 from chat_agent.store.writes import plan
 

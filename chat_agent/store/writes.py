@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from chat_agent.store.base import HistoryItem
 from chat_agent.store.ops import (
     AddArtifactVersion,
     AddFile,
@@ -37,6 +36,7 @@ from chat_agent.store.ops import (
     UpsertHistoryItem,
     op_scope,
 )
+from chat_agent.store.records import HistoryItem
 
 Row = tuple[Any, ...]
 Step = tuple[str, list[Row]]

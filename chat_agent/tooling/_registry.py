@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from chat_agent.tooling._adapter import NO_ARTIFACT, Adapter
 from chat_agent.tooling._progress import Pulse
 from chat_agent.tooling._schema import anthropic_schema
-from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult
+from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices
 
 logger = logging.getLogger("chat_agent.tools")
 
@@ -94,7 +94,7 @@ class ToolRegistry:
         conversation_id: str,
         owner: str,
         on_progress: Callable[[str, float, str], None],
-        services: Mapping[str, Any] | None = None,
+        services: ToolServices | None = None,
     ) -> ToolResult:
         """Run one tool call. `on_progress(tool_id, elapsed_seconds, status)` gets the
         tool's own reports plus a heartbeat after `heartbeat` seconds of silence."""
@@ -104,7 +104,7 @@ class ToolRegistry:
         if not isinstance(tool_input, dict):
             return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}")
         pulse = Pulse(tool_id, on_progress, self._heartbeat, asyncio.get_running_loop())
-        ctx = ToolContext(conversation_id, owner, tool_id, pulse.report, **(services or {}))
+        ctx = ToolContext(conversation_id, owner, tool_id, pulse.report, services or ToolServices())
         try:
             return await self._call(adapter, tool_input, ctx)
         finally:

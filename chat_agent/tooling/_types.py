@@ -7,6 +7,26 @@ from typing import Any, Callable
 
 from pydantic_core import core_schema
 
+from chat_agent.canvas.artifact import Canvas
+from chat_agent.canvas.memory import UserMemory
+from chat_agent.files.attachments import DocumentLibrary
+from chat_agent.files.catalog import ConversationFiles
+from chat_agent.model import ModelClient
+from chat_agent.protocol import Highlight
+
+
+@dataclass(slots=True, frozen=True)
+class ToolServices:
+    """What a turn lends its tools. A field is None where the caller has none to give (a tool
+    run outside any conversation, a turn without a highlight)."""
+
+    canvas: Canvas | None = None  # the conversation's artifact
+    memory: UserMemory | None = None  # the user's reflections
+    highlight: Highlight | None = None  # the span the user selected, for a span edit
+    files: ConversationFiles | None = None  # this conversation's files (images, documents)
+    model: ModelClient | None = None  # for tools that ask a model themselves
+    documents: DocumentLibrary | None = None  # parsed documents, read on demand
+
 
 @dataclass(slots=True)
 class ToolContext:
@@ -22,18 +42,37 @@ class ToolContext:
     owner: str
     tool_id: str
     _report: Callable[[str], None] | None = field(default=None, repr=False, compare=False)
-    # What the turn lends its tools; None where a caller has none to give.
-    canvas: Any = None  # chat_agent.canvas.Canvas: the conversation's artifact
-    memory: Any = None  # chat_agent.memory.UserMemory: the user's reflections
-    highlight: Any = None  # chat_agent.protocol.Highlight the user selected, for a span edit
-    files: Any = None  # chat_agent.files.ConversationFiles: this conversation's files (images, documents)
-    model: Any = None  # chat_agent.llm.ModelClient, for tools that ask a model themselves
-    documents: Any = None  # chat_agent.attachments.DocumentLibrary: parsed documents, read on demand
+    services: ToolServices = field(default_factory=ToolServices)
+
+    # Typed access to the services; each raises where this call has none to lend.
+    @property
+    def canvas(self) -> Canvas:
+        return self.require("canvas")
+
+    @property
+    def memory(self) -> UserMemory:
+        return self.require("memory")
+
+    @property
+    def files(self) -> ConversationFiles:
+        return self.require("files")
+
+    @property
+    def model(self) -> ModelClient:
+        return self.require("model")
+
+    @property
+    def documents(self) -> DocumentLibrary:
+        return self.require("documents")
+
+    @property
+    def highlight(self) -> Highlight | None:
+        return self.services.highlight
 
     def require(self, service: str) -> Any:
-        """A service the turn lends its tools (`ctx.require("files")`); RuntimeError where
-        this call has none, e.g. a tool run outside any conversation."""
-        value = getattr(self, service)
+        """A service by name; RuntimeError where this call has none (AttributeError for a
+        name that is not a service at all)."""
+        value = getattr(self.services, service)
         if value is None:
             raise RuntimeError(f"{service} is not available to this tool call")
         return value

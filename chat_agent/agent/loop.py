@@ -1,0 +1,212 @@
+"""The ReAct loop: call the model, run the tools it asks for, repeat.
+
+An async generator of events with no I/O of its own besides the model client and the tool
+registry. Abort is plain cancellation of whoever iterates it: whatever was streamed is kept
+in the history and every tool_use gets its tool_result, so the next call is always valid.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from chat_agent.config import Settings
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.agent.events import (ArtifactDelta, ContextChanged, Event, ToolEnded,
+                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
+from chat_agent.protocol import Usage
+from chat_agent.agent.partial import FieldStream
+from chat_agent.context.prompting import cached_tools, with_breakpoint
+from chat_agent.context.summary import SYSTEM_PROMPT as SUMMARY_PROMPT
+from chat_agent.context.summary import window
+from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices
+
+log = logging.getLogger(__name__)
+
+STOPPED_NOTE = "[The user stopped this reply here.]"
+FAILED_NOTE = "[This reply was cut off by an error.]"
+CANCELLED_RESULT = "Cancelled: the user stopped the turn before this tool finished."
+_STOP_REASONS = {"end_turn": "end_turn", "stop_sequence": "end_turn", "max_tokens": "max_tokens",
+                 "model_context_window_exceeded": "max_tokens", "refusal": "refusal"}
+
+
+@dataclass(slots=True)
+class Agent:
+    """What every turn shares: the model, the tools and the settings."""
+
+    model: ModelClient
+    registry: ToolRegistry
+    settings: Settings
+
+    async def summarize(self, transcript: str) -> str:
+        return await self.model.complete(ModelRequest(
+            model=self.settings.small_model, system=SUMMARY_PROMPT, max_tokens=2048,
+            messages=[{"role": "user", "content": transcript}]))
+
+
+@dataclass(slots=True)
+class Turn:
+    owner: str
+    conversation_id: str
+    model: str
+    system: str | list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    thinking: bool = False
+    tool_choice: dict[str, Any] | None = None  # forced on the first call only (highlights, quick actions)
+    window: int | None = None  # history messages before this turn the model sees (None: all)
+    start: int = 0  # where this turn's messages begin in the history (set by run_turn)
+    services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
+    usage: Usage = field(default_factory=Usage)
+
+
+async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
+    """Runs model calls and tools until the model stops; the caller already added the user message."""
+    turn.start = len(conv.messages) - 1
+    for _ in range(agent.settings.max_steps):
+        if conv.needs_summary() and await _summarize(agent, conv):
+            yield ContextChanged(conv.tokens, conv.max_tokens, summarized=True)
+        reply: ModelReply | None = None
+        async with aclosing(_model_call(agent, conv, turn)) as stream:
+            async for event in stream:
+                if isinstance(event, ModelReply):
+                    reply = event
+                else:
+                    yield event
+        if reply is None:  # the call failed; _model_call already explained why
+            yield TurnFinished("error", turn.usage)
+            return
+        turn.usage.add(reply.usage)
+        calls = _keep_reply(conv, reply)
+        yield ContextChanged(conv.tokens, conv.max_tokens)
+        if reply.stop_reason == "pause_turn":
+            continue
+        if reply.stop_reason != "tool_use" or not calls:
+            yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), turn.usage)
+            return
+        async with aclosing(_run_tools(agent, conv, turn, calls)) as tool_events:
+            async for event in tool_events:
+                yield event
+    yield TurnFinished("max_steps", turn.usage)
+
+
+async def _summarize(agent: Agent, conv: ConversationManager) -> bool:
+    try:
+        return await conv.summarize(agent.summarize)
+    except LLMError as exc:  # an oversized history is still worth a try; a failed summary is not fatal
+        log.warning("summary failed, going on with the full history: %s", exc.message)
+        return False
+
+
+def _messages(conv: ConversationManager, turn: Turn) -> list[dict[str, Any]]:
+    if turn.window is None:
+        return conv.messages
+    return window(conv.messages[:turn.start], turn.window) + conv.messages[turn.start:]
+
+
+def _request(agent: Agent, conv: ConversationManager, turn: Turn) -> ModelRequest:
+    settings = agent.settings
+    budget = settings.thinking_budget if turn.thinking else None
+    max_tokens = settings.max_output_tokens + (budget or 0)
+    choice, turn.tool_choice = turn.tool_choice, None
+    return ModelRequest(model=turn.model, system=turn.system, messages=with_breakpoint(_messages(conv, turn)),
+                        tools=cached_tools(turn.tools), max_tokens=max_tokens, thinking_budget=budget,
+                        tool_choice=choice)
+
+
+async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Any]:
+    """One streamed call. On error or abort, the text streamed so far is kept, marked."""
+    streamed: list[str] = []
+    fields: dict[str, FieldStream | None] = {}  # per tool_use id: the input field shown as it is written
+    try:
+        async for item in agent.model.stream(_request(agent, conv, turn)):
+            if isinstance(item, ToolInputDelta):
+                if item.tool_id not in fields:
+                    field_name = agent.registry.streamed_field(item.name)
+                    fields[item.tool_id] = FieldStream(field_name) if field_name else None
+                stream = fields[item.tool_id]
+                text = stream.feed(item.piece) if stream is not None else ""
+                if text:
+                    yield ArtifactDelta(item.tool_id, text)
+                continue
+            if isinstance(item, TextDelta):
+                streamed.append(item.text)
+            yield item
+    except LLMError as exc:
+        conv.add_cut_reply("".join(streamed), FAILED_NOTE)
+        yield TurnFailed(exc.code, exc.message)
+    except BaseException:  # cancellation (abort) or the generator being closed
+        conv.add_cut_reply("".join(streamed), STOPPED_NOTE)
+        raise
+
+
+def _keep_reply(conv: ConversationManager, reply: ModelReply) -> list[dict[str, Any]]:
+    """Adds the reply to the history and returns the tool calls to run. A reply cut by
+    max_tokens may hold an unfinished tool_use: it is dropped, as it cannot be run."""
+    content = reply.content
+    if reply.stop_reason != "tool_use":
+        content = [b for b in content if b["type"] != "tool_use"]
+    if not any(b["type"] in ("text", "tool_use") for b in content):
+        content = [*content, {"type": "text", "text": "[No reply.]"}]
+    conv.add_assistant(content, reply.usage)
+    return [b for b in content if b["type"] == "tool_use"]
+
+
+async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
+                     calls: list[dict[str, Any]]) -> AsyncIterator[Event]:
+    """Runs all calls of one reply concurrently, streaming their progress as it comes."""
+    events: asyncio.Queue[Event] = asyncio.Queue()
+    results: dict[str, ToolResult] = {}
+
+    def on_progress(tool_id: str, elapsed: float, status: str) -> None:
+        events.put_nowait(ToolProgressed(tool_id, elapsed, status))
+
+    async def run(call: dict[str, Any]) -> None:
+        started = time.monotonic()
+        try:
+            result = await agent.registry.run(call["id"], call["name"], call["input"], owner=turn.owner,
+                                              conversation_id=turn.conversation_id, on_progress=on_progress,
+                                              services=turn.services)
+        except Exception:  # the registry reports tool failures itself; this is a bug in it
+            log.exception("tool registry failed on %s", call["name"])
+            result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)
+        results[call["id"]] = result
+        events.put_nowait(ToolEnded(call["id"], call["name"], result.output,
+                                    time.monotonic() - started, result.is_error))
+
+    for call in calls:
+        yield ToolStarted(call["id"], call["name"], call["input"])
+    tasks = [asyncio.create_task(run(call), name=f"tool:{call['name']}") for call in calls]
+    finished = False
+    try:
+        remaining = len(calls)
+        while remaining:
+            event = await events.get()
+            remaining -= isinstance(event, ToolEnded)
+            yield event
+        finished = True
+    finally:
+        if not finished:
+            await _cancel(tasks)
+        conv.add_tool_results([_result_block(call["id"], results.get(call["id"])) for call in calls],
+                              note=None if finished else STOPPED_NOTE)
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    # Tools get a moment to kill what they started; abort must still end within a second.
+    await asyncio.wait(tasks, timeout=0.5)
+
+
+def _result_block(tool_id: str, result: ToolResult | None) -> dict[str, Any]:
+    if result is None:
+        return {"type": "tool_result", "tool_use_id": tool_id, "content": CANCELLED_RESULT, "is_error": True}
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id, "content": result.content or "(no output)"}
+    if result.is_error:
+        block["is_error"] = True
+    return block

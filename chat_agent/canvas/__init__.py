@@ -1,0 +1,1 @@
+"""The artifact and its versions, quick actions, memories and reflection, titles, export."""

@@ -1,0 +1,102 @@
+"""The conversation's artifact: one per conversation, a list of versions, one of them current.
+
+The current version lives in memory (tools read it on every turn); every change is a new
+version written through the store writer and announced with an `artifact` frame. Older
+versions are read from the store when asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Literal
+
+from chat_agent.protocol import ArtifactState, ArtifactVersion
+from chat_agent.store import AddArtifactVersion, ArtifactRecord, ArtifactVersionRecord, SelectArtifactVersion
+from chat_agent.store.writer import StoreWriter
+from chat_agent.ids import new_id
+
+ArtifactKind = Literal["text", "code"]
+
+
+def version_model(record: ArtifactVersionRecord) -> ArtifactVersion:
+    return ArtifactVersion(index=record.index, type=record.type, title=record.title,
+                           language=record.language if record.type == "code" else None, content=record.content)
+
+
+def artifact_state(record: ArtifactRecord | None) -> ArtifactState | None:
+    if record is None:
+        return None
+    return ArtifactState(id=record.id, current_index=record.current_index,
+                         version_count=record.version_count, current=version_model(record.current))
+
+
+class Canvas:
+    def __init__(self, owner: str, conversation_id: str, record: ArtifactRecord | None, writer: StoreWriter, *,
+                 history_epoch: Callable[[], int] = lambda: 0):
+        self.owner = owner
+        self.conversation_id = conversation_id
+        self._record = record
+        self._writer = writer
+        self.on_change: Callable[[ArtifactState], None] = lambda state: None
+        # The version the model last saw whole (it wrote it, or was shown it) and the epoch
+        # of the history it saw it in (a summary or a clear may have dropped it since). A
+        # turn shows the current version only when this differs, so the history stays cacheable.
+        self._history_epoch = history_epoch
+        self._seen = (0, 0)
+        self.changes = 0  # versions added since the process opened the conversation
+
+    @property
+    def current(self) -> ArtifactVersionRecord | None:
+        return self._record.current if self._record else None
+
+    @property
+    def version_count(self) -> int:
+        return self._record.version_count if self._record else 0
+
+    def state(self) -> ArtifactState | None:
+        return artifact_state(self._record)
+
+    def unseen(self) -> ArtifactVersionRecord | None:
+        """The current version when the model has not seen it whole in the history it now reads."""
+        current = self.current
+        if current is None or self._seen == (current.index, self._history_epoch()):
+            return None
+        return current
+
+    def mark_seen(self) -> None:
+        """The current version was put in front of the model whole."""
+        if self.current is not None:
+            self._seen = (self.current.index, self._history_epoch())
+
+    def add_version(self, *, type: ArtifactKind, title: str, language: str | None, content: str,
+                    source: Literal["model", "user"], seen_by_model: bool = False) -> ArtifactState:
+        """Appends a version (after the last one, whichever is selected) and makes it current.
+        `seen_by_model`: the model wrote this version whole, so it need not be shown it."""
+        record = self._record
+        index = record.version_count + 1 if record else 1
+        version = ArtifactVersionRecord(index=index, type=type, title=title.strip() or "Untitled",
+                                        language=language if type == "code" else None, content=content,
+                                        created_at=time.time(), source=source)
+        artifact_id = record.id if record else new_id("art", hex_chars=16)
+        self._record = ArtifactRecord(id=artifact_id, conversation_id=self.conversation_id, current_index=index,
+                                      version_count=index, current=version)
+        self.changes += 1
+        if seen_by_model:
+            self.mark_seen()
+        self._writer.submit([AddArtifactVersion(self.owner, self.conversation_id, artifact_id, version)])
+        return self._announce()
+
+    def select(self, index: int, version: ArtifactVersionRecord) -> ArtifactState:
+        """Makes an older (or newer) version current; `version` is that version as stored."""
+        assert self._record is not None and version.index == index
+        self._record = ArtifactRecord(id=self._record.id, conversation_id=self.conversation_id,
+                                      current_index=index, version_count=self._record.version_count,
+                                      current=version)
+        self._writer.submit([SelectArtifactVersion(self.owner, self.conversation_id, index)])
+        return self._announce()
+
+    def _announce(self) -> ArtifactState:
+        state = self.state()
+        assert state is not None
+        self.on_change(state)
+        return state

@@ -1,0 +1,1 @@
+"""Markdown and code rendered into a Word document with python-docx."""

@@ -1,0 +1,1 @@
+"""What the model reads: both histories, token counts, summaries, prompts and cache breakpoints."""

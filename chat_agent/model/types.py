@@ -1,0 +1,92 @@
+"""The small interface every model client speaks, and the values that cross it.
+
+Everything above the model package sees these types and the Messages API's own JSON shapes
+(content blocks as dicts), never a provider SDK's objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Literal, Protocol, Union
+
+from chat_agent.protocol import Usage
+
+
+@dataclass(slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(slots=True)
+class ToolInputDelta:
+    """A piece of a tool call's JSON input as the model writes it."""
+
+    tool_id: str
+    name: str
+    piece: str
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    model: str
+    messages: list[dict[str, Any]]
+    max_tokens: int
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    tool_choice: dict[str, Any] | None = None
+    thinking_budget: int | None = None
+
+    def params(self) -> dict[str, Any]:
+        params: dict[str, Any] = {"model": self.model, "messages": self.messages, "max_tokens": self.max_tokens}
+        if self.system:
+            params["system"] = self.system
+        if self.tools:
+            params["tools"] = self.tools
+        if self.tool_choice:
+            params["tool_choice"] = self.tool_choice
+        if self.thinking_budget:
+            params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
+        return params
+
+
+@dataclass(slots=True)
+class ModelReply:
+    """A finished model call: content blocks as API JSON, ready to go back into the history."""
+
+    content: list[dict[str, Any]]
+    stop_reason: str
+    usage: Usage
+
+
+StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, ModelReply]
+
+
+class LLMError(Exception):
+    def __init__(self, code: Literal["llm_error", "rate_limited"], message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+
+
+class ModelClient(Protocol):
+    """What the loop, the summaries, titles, reflection and tools need of a model."""
+
+    configured: bool  # False: no credentials, so every call would fail
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Deltas as they arrive, then one ModelReply. Raises LLMError."""
+        ...
+
+    async def call(self, request: ModelRequest) -> ModelReply: ...
+
+    async def complete(self, request: ModelRequest) -> str:
+        """A plain call; returns its text."""
+        ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""Live conversations: turns started and stopped, frames numbered and fanned out, background jobs."""

@@ -1,0 +1,83 @@
+"""Work a conversation needs after a turn, in the background: its title after the first
+exchange, and the debounced reflection that rewrites the user's memories after the artifact
+changed (a newer turn restarts the wait; deleting the conversation cancels it)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from chat_agent.canvas.memory import MemoryBook
+from chat_agent.canvas.reflection import reflect, transcript_for_reflection
+from chat_agent.canvas.titles import make_title
+from chat_agent.config import Settings
+from chat_agent.model import ModelClient
+from chat_agent.protocol import StopReason
+from chat_agent.sessions.background import Background
+from chat_agent.sessions.live import LiveConversation
+
+
+class Conversations(Protocol):
+    """How a job gets hold of its conversation (it may have been closed meanwhile)."""
+
+    async def open(self, owner: str, conversation_id: str) -> LiveConversation | None: ...
+
+    def release(self, live: LiveConversation) -> None: ...
+
+
+class ConversationJobs:
+    def __init__(self, settings: Settings, model: ModelClient, memories: MemoryBook, conversations: Conversations):
+        self._settings = settings
+        self._model = model
+        self._memories = memories
+        self._conversations = conversations
+        self._background = Background()
+
+    def after_turn(self, live: LiveConversation, stop: StopReason, artifact_changed: bool) -> None:
+        if live.title is None and stop == "end_turn":
+            self._background.schedule(self._key(live.id, "title"), 0, lambda: self._name(live.owner, live.id))
+        if artifact_changed or self._key(live.id, "reflect") in self._background.pending():
+            self.reflect_later(live)  # a newer turn restarts the wait
+
+    def reflect_later(self, live: LiveConversation) -> None:
+        self._background.schedule(self._key(live.id, "reflect"), self._settings.reflection_delay,
+                                  lambda: self._reflect(live.owner, live.id))
+
+    def cancel(self, conversation_id: str) -> None:
+        self._background.cancel(self._key(conversation_id, ""))
+
+    async def close(self) -> None:
+        await self._background.close()
+
+    @staticmethod
+    def _key(conversation_id: str, job: str) -> str:
+        return f"conv:{conversation_id}:{job}"
+
+    async def _name(self, owner: str, conversation_id: str) -> None:
+        live = await self._conversations.open(owner, conversation_id)
+        if live is None or live.title is not None:
+            return
+        messages = live.manager.visible
+        user = next((m.content for m in messages if m.role == "user"), "")
+        reply = next((m.content for m in messages if m.role == "assistant"), "")
+        try:
+            title = await make_title(self._model, model_name=self._settings.small_model,
+                                     user_text=user, reply_text=reply)
+            if title and live.title is None:
+                live.set_title(title)
+        finally:
+            self._conversations.release(live)
+
+    async def _reflect(self, owner: str, conversation_id: str) -> None:
+        live = await self._conversations.open(owner, conversation_id)
+        if live is None:
+            return
+        try:
+            memories = await self._memories.load(owner)
+            current = live.canvas.current
+            result = await reflect(self._model, model_name=self._settings.small_model, memories=memories,
+                                   transcript=transcript_for_reflection(live.manager.visible),
+                                   artifact=current.content if current else None)
+            if result is not None:
+                self._memories.replace(owner, *result)
+        finally:
+            self._conversations.release(live)

@@ -1,0 +1,222 @@
+"""A conversation while it is open: its state in memory, its event log, its listeners, and
+its turn. It is the one owner of a turn's state: a turn is started, published to, finished
+and aborted through its methods, and nothing else writes that state.
+
+Frames get their `seq` here and go out only after the store writer committed them, so
+whatever a client was told survives a crash, and every connection on the conversation
+sees the same frames in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Awaitable, Protocol, Sequence
+
+from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
+from chat_agent.canvas.artifact import Canvas
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.ids import new_id
+from chat_agent.protocol import (ArtifactFrame, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
+                                 ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
+from chat_agent.sessions.fold import fold, open_tools, status_for
+from chat_agent.sessions.runner import drive
+from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, Op, PruneEvents,
+                              RecordClientMessageId, SetTitle, StartTurn, StoreWriter, TurnRecord)
+
+KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
+
+
+class Listener(Protocol):
+    def deliver(self, seq: int, text: str) -> None: ...
+
+    def close(self, code: int, text: str | None = None) -> None: ...
+
+
+class LiveConversation:
+    def __init__(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas,
+                 writer: StoreWriter):
+        self.id = record.id
+        self.owner = record.owner
+        self.title = record.title
+        self.manager = manager
+        self.canvas = canvas
+        canvas.on_change = lambda state: self.publish(ArtifactFrame(artifact=state))
+        self.listeners: set[Listener] = set()
+        self._writer = writer
+        self._seq = record.last_seq
+        # The turn, owned here alone. A message whose attachments are being checked has not
+        # started its turn yet, but the conversation is busy and `abort` cancels it.
+        self._preparing: asyncio.Task[Any] | None = None
+        self._task: asyncio.Task[StopReason] | None = None
+        self._turn_id: str | None = None
+        self._reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
+        self._tool_started: dict[str, float] = {}  # open tool cards: when each started
+        self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
+        self._client_ids: set[str] = set()  # client message ids seen while open (the store has them all)
+
+    @property
+    def seq(self) -> int:
+        return self._seq
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None or self._preparing is not None
+
+    # ---- the event log ----------------------------------------------------------------------
+
+    def publish(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> int:
+        """Gives the frame its seq, logs it (as part of the running turn, if any), and hands
+        it to every listener once committed."""
+        self._seq += 1
+        seq = self._seq
+        frame.conversation_id = self.id
+        frame.seq = seq
+        if self._reply is not None:
+            fold(self._reply, frame)
+            self._track_tools(frame)
+        text = frame.to_json()
+        event = EventRecord(conversation_id=self.id, seq=seq, type=frame.type, turn_id=self._turn_id, frame=text)
+        self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))], lambda: self._deliver(seq, text))
+        return seq
+
+    def _track_tools(self, frame: ServerFrame) -> None:
+        if isinstance(frame, ToolStart):
+            self._tool_started[frame.tool_id] = time.monotonic()
+        elif isinstance(frame, ToolEnd):
+            self._tool_started.pop(frame.tool_id, None)
+
+    def _deliver(self, seq: int, text: str) -> None:
+        for listener in tuple(self.listeners):
+            listener.deliver(seq, text)
+
+    def set_title(self, title: str) -> None:
+        self.title = title
+        self.publish(TitleFrame(title=title), ops=[SetTitle(self.owner, self.id, title)])
+
+    # ---- the turn ---------------------------------------------------------------------------
+
+    def knows_message(self, client_id: str) -> bool:
+        return client_id in self._client_ids
+
+    def remember_message(self, client_id: str) -> None:
+        self._client_ids.add(client_id)
+        self._writer.submit([RecordClientMessageId(self.owner, self.id, client_id)])
+
+    def prepare(self, preparation: Awaitable[Any]) -> asyncio.Task[Any]:
+        """Runs a message's preparation (checking its attachments, then `start`): the
+        conversation is busy meanwhile, and `abort` cancels it, answered by `done`."""
+        async def prepare() -> Any:
+            try:
+                return await preparation
+            except asyncio.CancelledError:
+                # Aborted before its turn began: nothing of it is kept, and `done` says so.
+                self.publish(Done(message_id=new_id("msg"), stop_reason="aborted", usage=Usage()))
+                raise
+            finally:
+                self._preparing = None
+
+        task = asyncio.get_running_loop().create_task(prepare(), name=f"prepare:{self.id}")
+        self._preparing = task
+        return task
+
+    def start(self, agent: Agent, turn: Turn, user: VisibleMessage, content: list[dict]) -> asyncio.Task[StopReason]:
+        """Adds the user's message to both histories and runs the turn as a task of the
+        conversation (not of any socket); its result is the stop reason."""
+        self._open(new_id("turn"), new_id("msg"), time.time())
+        self.manager.add_visible(user)
+        self.manager.add_user(content)
+        task = asyncio.get_running_loop().create_task(self._run(agent, turn, self._reply.id), name=f"turn:{self.id}")
+        task.add_done_callback(lambda done: self._ended(done, turn.usage))
+        self._task = task
+        return task
+
+    def _open(self, turn_id: str, message_id: str, now: float) -> None:
+        first_seq = self._seq + 1
+        ops: list[Op] = [StartTurn(TurnRecord(id=turn_id, conversation_id=self.id, owner=self.owner,
+                                              message_id=message_id, status="running", started_at=now,
+                                              first_seq=first_seq))]
+        self._turn_starts.append(first_seq)
+        if len(self._turn_starts) > KEEP_TURNS:
+            ops.append(PruneEvents(self.owner, self.id, self._turn_starts.pop(0)))
+        self._writer.submit(ops)
+        self._turn_id = turn_id
+        self._reply = VisibleMessage(id=message_id, role="assistant", created_at=now, status="streaming")
+
+    async def _run(self, agent: Agent, turn: Turn, message_id: str) -> StopReason:
+        stop = await drive(agent, self.manager, turn, message_id, self.publish)
+        self._close(stop, turn.usage)
+        return stop
+
+    def _ended(self, task: asyncio.Task[StopReason], usage: Usage) -> None:
+        # A task cancelled before its first step never ran `_run`: close its turn here.
+        if self._task is task:
+            self._close("aborted", usage)
+
+    def _close(self, stop: StopReason, usage: Usage) -> None:
+        self._task = None
+        if stop in ("aborted", "error"):
+            # The loop keeps the history valid itself; this covers a stop it never saw
+            # (e.g. between steps) and does nothing when the history already ends well.
+            self.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)
+        self.finish(stop, usage)
+
+    def adopt(self, record: TurnRecord, reply: VisibleMessage) -> None:
+        """Takes over a turn that a crashed process left running, with its reply as the event
+        log shows it, so that `finish` can close it."""
+        self._turn_id = record.id
+        self._reply = reply
+        now = time.monotonic()
+        self._tool_started = {call.tool_id: now for call in open_tools(reply)}
+
+    def finish(self, stop: StopReason, usage: Usage, *, status: str | None = None) -> None:
+        """Closes open tool cards, stores the reply and publishes `done`. Synchronous, so
+        nothing can interleave between the reply leaving the turn and the history."""
+        reply = self._reply
+        assert reply is not None and self._turn_id is not None, "finish() without a turn"
+        now = time.monotonic()
+        for call in open_tools(reply):
+            started = self._tool_started.get(call.tool_id, now)
+            self.publish(ToolEnd(tool_id=call.tool_id, name=call.name, output="Cancelled before it finished.",
+                                 duration=round(now - started, 3), is_error=True))
+        status = status or status_for(stop)
+        reply.status = status
+        self.manager.replace_visible(reply)
+        finish = FinishTurn(self.owner, self.id, self._turn_id, status, stop, usage.model_dump(by_alias=True),
+                            time.time())
+        self.publish(Done(message_id=reply.id, stop_reason=stop, usage=usage), [finish])
+        self._reply = None
+        self._turn_id = None
+        self._tool_started.clear()
+
+    def clear(self) -> None:
+        """Forgets the model-facing history (the visible one stays); only between turns."""
+        self.manager.clear()
+        self.publish(ContextCleared())
+        self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
+
+    async def abort(self) -> None:
+        """Stops what runs (the preparation or the turn) and returns once `done` is published."""
+        task = self._preparing or self._task
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # ---- what a new listener is shown ---------------------------------------------------------
+
+    def messages(self) -> list[VisibleMessage]:
+        """The visible history with the running turn's reply as streamed so far."""
+        messages = list(self.manager.visible)
+        if self._reply is not None:
+            messages.append(self._reply.model_copy(deep=True))
+        return messages
+
+    def snapshot(self, tools: list[ToolInfo]) -> tuple[SessionFrame, int]:
+        """The `session` frame, consistent with its seq, and the writer ticket to wait for
+        before sending it (it may show state that is not committed yet)."""
+        frame = SessionFrame(
+            conversation_id=self.id, seq=self._seq, title=self.title, artifact=self.canvas.state(),
+            messages=self.messages(), context=ContextInfo(tokens=self.manager.tokens,
+                                                          max_tokens=self.manager.max_tokens),
+            tools=tools, running=self.running)
+        return frame, self._writer.ticket

@@ -1,0 +1,66 @@
+"""Drives one turn: runs the loop and turns its events into frames.
+
+Whatever ends the turn (the model stopping, an error, abort), it returns the stop reason;
+the conversation (`LiveConversation`) then closes the turn. It knows nothing of sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import aclosing
+from typing import Callable
+
+from chat_agent.agent.events import (ArtifactDelta, ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
+                                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.agent.loop import Agent, Turn, run_turn
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.protocol import (ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame, StopReason,
+                                 ThinkingChunk, ToolEnd, ToolProgress, ToolStart)
+
+log = logging.getLogger(__name__)
+
+Publish = Callable[[ServerFrame], object]
+
+
+async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_id: str,
+                publish: Publish) -> StopReason:
+    """Runs the loop until it stops, publishing a frame for every event. Abort is the
+    cancellation of the task awaiting this; it returns "aborted" then, it does not raise."""
+    stop: StopReason = "error"
+    try:
+        async with aclosing(run_turn(agent, manager, turn)) as events:
+            async for event in events:
+                if isinstance(event, TurnFinished):
+                    stop = event.stop_reason
+                else:
+                    publish(frame_for(event, message_id))
+    except asyncio.CancelledError:
+        stop = "aborted"
+    except Exception:
+        log.exception("turn of %s failed", turn.conversation_id)
+        publish(ErrorFrame(code="internal", message="Something went wrong on the server; the turn stopped."))
+        stop = "error"
+    return stop
+
+
+def frame_for(event: Event, message_id: str) -> ServerFrame:
+    """The frame a client gets for one of the loop's events."""
+    match event:
+        case TextDelta(text=text):
+            return ContentChunk(message_id=message_id, content=text)
+        case ThinkingDelta(text=text):
+            return ThinkingChunk(message_id=message_id, content=text)
+        case ArtifactDelta(tool_id=tool_id, text=text):
+            return ArtifactChunk(tool_id=tool_id, content=text)
+        case ToolStarted(tool_id=tool_id, name=name, input=tool_input):
+            return ToolStart(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
+        case ToolProgressed(tool_id=tool_id, elapsed=elapsed, status=status):
+            return ToolProgress(tool_id=tool_id, elapsed=round(elapsed, 3), status=status)
+        case ToolEnded(tool_id=tool_id, name=name, output=output, duration=duration, is_error=is_error):
+            return ToolEnd(tool_id=tool_id, name=name, output=output, duration=round(duration, 3), is_error=is_error)
+        case ContextChanged(tokens=tokens, max_tokens=max_tokens, summarized=summarized):
+            return ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized)
+        case TurnFailed(code=code, message=message):
+            return ErrorFrame(code=code, message=message)
+    raise TypeError(f"no frame for {event!r}")

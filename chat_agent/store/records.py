@@ -1,0 +1,118 @@
+"""The records a store reads and writes, shared by `Store` (base) and the write ops.
+
+A module of their own so that base can import ops and ops the records, one way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+History = Literal["visible", "model"]
+TurnStatus = Literal["running", "complete", "aborted", "interrupted", "error"]
+ArtifactType = Literal["text", "code"]
+ArtifactSource = Literal["model", "user"]
+FileSource = Literal["upload", "attachment", "generated", "code"]
+
+
+@dataclass(slots=True)
+class ConversationRecord:
+    id: str
+    owner: str
+    title: str | None
+    created_at: float
+    updated_at: float
+    last_seq: int  # highest event seq ever stored; pruning never lowers it
+
+
+@dataclass(slots=True)
+class HistoryItem:
+    id: str
+    data: dict[str, Any]
+    tokens: int  # cached so loading a long history needs no recount
+    chars: int
+
+
+@dataclass(slots=True)
+class EventRecord:
+    conversation_id: str
+    seq: int
+    type: str
+    turn_id: str | None
+    frame: str  # the exact JSON text clients were sent, replayed verbatim on resume
+
+
+@dataclass(slots=True)
+class TurnRecord:
+    id: str
+    conversation_id: str
+    owner: str
+    message_id: str
+    status: TurnStatus
+    started_at: float
+    first_seq: int
+    ended_at: float | None = None
+    stop_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(slots=True)
+class ArtifactVersionRecord:
+    index: int  # 1-based, in the order the versions were added
+    type: ArtifactType
+    title: str
+    language: str | None  # code only
+    content: str
+    created_at: float
+    source: ArtifactSource  # who wrote it: the model's tool call or the user's canvas edit
+
+
+@dataclass(slots=True)
+class ArtifactRecord:
+    """A conversation's one artifact, with only its current version loaded."""
+
+    id: str
+    conversation_id: str
+    current_index: int
+    version_count: int
+    current: ArtifactVersionRecord
+
+
+@dataclass(slots=True)
+class MemoriesRecord:
+    """A user's reflections; they follow the user across conversations."""
+
+    style_rules: list[str]
+    content: list[str]
+    updated_at: float
+
+
+@dataclass(slots=True)
+class QuickActionRecord:
+    """A user's saved custom quick action."""
+
+    id: str
+    owner: str
+    title: str
+    prompt: str
+    include_reflections: bool
+    include_prefix: bool
+    include_recent_history: bool
+    created_at: float
+    updated_at: float
+
+
+@dataclass(slots=True)
+class FileRecord:
+    """A stored file's metadata; its bytes are in the blob store under `blob_key`."""
+
+    id: str
+    owner: str
+    filename: str  # the client's name, cleaned; only ever shown, never a path
+    media_type: str  # decided from the bytes
+    size: int
+    source: FileSource
+    width: int | None  # images only
+    height: int | None
+    blob_key: str
+    created_at: float

@@ -1,0 +1,59 @@
+"""Builds the Starlette app. Everything is created here, per app, and injected: nothing is
+set up at import, and tests or embedders can hand in their own store, model client or tools."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+
+from chat_agent.agent.loop import Agent
+from chat_agent.config import Settings
+from chat_agent.context.tokens import TokenCounter
+from chat_agent.files.catalog import open_files
+from chat_agent.model import AnthropicClient, ModelClient
+from chat_agent.sessions.hub import Hub
+from chat_agent.sessions.recovery import recover
+from chat_agent.store import Store, StoreWriter, create_store
+from chat_agent.tooling import ToolRegistry
+from chat_agent.web import canvas_routes, http, upload_routes
+from chat_agent.web.ws import chat_endpoint
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, registry: ToolRegistry | None = None,
+               store: Store | None = None, model: ModelClient | None = None) -> Starlette:
+    """The app. `registry` is the tools the model may call (server.py composes it from the
+    top-level `tools` package); without one the agent only talks."""
+    settings = settings or Settings.from_env()
+    tools = registry if registry is not None else ToolRegistry(default_timeout=settings.tool_timeout,
+                                                                 output_chars=settings.tool_output_chars)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        the_store = store or create_store(settings.database_url, settings.data_dir)
+        await the_store.open()
+        writer = StoreWriter(the_store)
+        writer.start()
+        the_model = model or AnthropicClient(settings)
+        agent = Agent(the_model, tools, settings)
+        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer))
+        await recover(hub)
+        app.state.hub = hub
+        log.info("chat-agent ready: model %s, tools %s", settings.model, ", ".join(tools.enabled()) or "none")
+        try:
+            yield
+        finally:
+            await hub.shutdown()
+            await hub.files.close()
+            await writer.close()
+            await the_store.close()
+            await the_model.close()
+
+    routes = [*http.routes, *canvas_routes.routes, *upload_routes.routes,
+              WebSocketRoute("/api/chat-agent", chat_endpoint)]
+    return Starlette(routes=routes, lifespan=lifespan)

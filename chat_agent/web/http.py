@@ -1,0 +1,89 @@
+"""The HTTP routes of PROTOCOL.md besides the WebSocket and the canvas (see http_canvas)."""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from chat_agent import __version__
+from chat_agent.web.auth import authenticate
+from chat_agent.sessions.hub import Hub
+from chat_agent.protocol import json_schema
+from chat_agent.store import ConversationRecord
+
+Handler = Callable[[Request, Hub, str], Awaitable[Response]]
+
+
+def error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """Resolves the caller (401 otherwise) and hands the handler the hub and the owner."""
+    async def endpoint(request: Request) -> Response:
+        hub: Hub = request.app.state.hub
+        owner = authenticate(hub.settings, request.headers, request.query_params)
+        if owner is None:
+            return error(401, "unauthorized", "A valid token is required.")
+        return await handler(request, hub, owner)
+    return endpoint
+
+
+def _summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
+    return {"id": record.id, "title": record.title, "createdAt": record.created_at,
+            "updatedAt": record.updated_at, "running": running}
+
+
+async def health(request: Request) -> JSONResponse:
+    hub: Hub = request.app.state.hub
+    settings = hub.settings
+    return JSONResponse({
+        "status": "ok", "version": __version__, "model": settings.model, "smallModel": settings.small_model,
+        "anthropic": {"configured": hub.agent.model.configured},
+        "auth": settings.auth_enabled, "storage": "sqlite" if not settings.database_url else "custom",
+        "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
+        "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
+    })
+
+
+async def list_conversations(request: Request, hub: Hub, owner: str) -> Response:
+    records = await hub.store.list_conversations(owner)
+    return JSONResponse({"conversations": [_summary(r, hub.is_running(r.id)) for r in records]})
+
+
+async def get_conversation(request: Request, hub: Hub, owner: str) -> Response:
+    conversation_id = request.path_params["id"]
+    record = await hub.store.get_conversation(owner, conversation_id)
+    if record is None:
+        return error(404, "not_found", "No such conversation.")
+    live = hub.live(owner, conversation_id)
+    body = _summary(record, hub.is_running(conversation_id))
+    if live is not None:
+        body["title"] = live.title
+    artifact = await hub.artifact(owner, conversation_id)
+    body.update(messages=[m.model_dump(mode="json") for m in await hub.visible_messages(owner, conversation_id)],
+                artifact=artifact.model_dump(mode="json") if artifact else None,
+                usage=await hub.store.usage_totals(owner, conversation_id))
+    return JSONResponse(body)
+
+
+async def delete_conversation(request: Request, hub: Hub, owner: str) -> Response:
+    if not await hub.delete(owner, request.path_params["id"]):
+        return error(404, "not_found", "No such conversation.")
+    return Response(status_code=204)
+
+
+async def protocol_schema(request: Request) -> JSONResponse:
+    return JSONResponse(json_schema())
+
+
+routes = [
+    Route("/health", health, methods=["GET"]),
+    Route("/api/conversations", authed(list_conversations), methods=["GET"]),
+    Route("/api/conversations/{id}", authed(get_conversation), methods=["GET"]),
+    Route("/api/conversations/{id}", authed(delete_conversation), methods=["DELETE"]),
+    Route("/api/protocol", protocol_schema, methods=["GET"]),
+]

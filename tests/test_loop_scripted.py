@@ -1,0 +1,286 @@
+"""The ReAct loop driven in-process by a scripted model, with real tools, a real registry
+and a real ConversationManager on SQLite. Asserts on what the loop yields and on the
+history the model would be sent next, never on the loop's internals."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from contextlib import aclosing
+from typing import Any, Callable
+
+import pytest
+from langchain_core.tools import tool
+
+from chat_agent.agent.events import ContextChanged, Event, ToolEnded, ToolStarted, TurnFailed, TurnFinished
+from chat_agent.agent.loop import CANCELLED_RESULT, FAILED_NOTE, STOPPED_NOTE, Agent, Turn, run_turn
+from chat_agent.config import Settings
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.context.tokens import TokenCounter
+from chat_agent.model import LLMError, ModelReply, TextDelta
+from chat_agent.protocol import Usage
+from chat_agent.store import CreateConversation
+from chat_agent.tooling import ToolRegistry
+from tests.cancelling import cancel_within
+from tests.scripted_model import (HANG, ScriptedModel, assert_requests_valid, assert_valid, block_types, call,
+                                  text_reply, tool_reply, usage, without_cache_marks)
+
+OWNER, CONV = "alice", "c1"
+
+
+@pytest.fixture(scope="module")
+def counter() -> TokenCounter:
+    return TokenCounter()
+
+
+@pytest.fixture
+async def conv(db, counter) -> ConversationManager:
+    """On the conftest's real SQLite store and writer, which it closes after the test."""
+    db[1].submit([CreateConversation(OWNER, CONV, 1.0)])
+    return ConversationManager(OWNER, CONV, visible=(), model=(), counter=counter, writer=db[1],
+                               summary_chars=300_000, max_tokens=200_000)
+
+
+def make_agent(script, *tools, max_steps: int = 12) -> Agent:
+    registry = ToolRegistry()
+    for each in tools:
+        registry.add(each)
+    return Agent(ScriptedModel(script), registry, Settings(max_steps=max_steps))
+
+
+def ask(agent: Agent, conv: ConversationManager, text: str, **options: Any) -> Turn:
+    """Adds the user message as the sessions do, and the turn that answers it."""
+    conv.add_user([{"type": "text", "text": text}])
+    return Turn(owner=OWNER, conversation_id=CONV, model="claude-test", system="You are being tested.",
+                tools=agent.registry.schemas(), start=len(conv.messages) - 1, **options)
+
+
+async def drive(agent: Agent, conv: ConversationManager, turn: Turn) -> list[Event]:
+    async with aclosing(run_turn(agent, conv, turn)) as events:
+        return [event async for event in events]
+
+
+async def interrupt(agent: Agent, conv: ConversationManager, turn: Turn,
+                    when: Callable[[Event], bool], how: str) -> list[Event]:
+    """Stops the turn at the first event matching `when`: "aclose" closes the generator at
+    that yield (a consumer that stops iterating); "cancel" cancels the iterating task
+    while the loop is awaiting whatever comes after it (the stop button)."""
+    seen: list[Event] = []
+    reached = asyncio.Event()
+
+    async def consume() -> None:
+        async with aclosing(run_turn(agent, conv, turn)) as events:
+            async for event in events:
+                seen.append(event)
+                if when(event):
+                    if how == "aclose":
+                        return
+                    reached.set()
+
+    task = asyncio.create_task(consume())
+    if how == "aclose":
+        await asyncio.wait_for(task, 2)
+    else:
+        await asyncio.wait_for(reached.wait(), 2)
+        await cancel_within(task, 1.0)
+    return seen
+
+
+def of(kind: type, events: list[Event]) -> list[Any]:
+    return [e for e in events if isinstance(e, kind)]
+
+
+@tool
+async def echo(text: str) -> str:
+    """Repeats the text."""
+    return f"echo:{text}"
+
+
+@tool
+async def broken(path: str) -> str:
+    """Writes to a full disk."""
+    raise ValueError(f"the disk is full at {path}")
+
+
+def meeting_tools():
+    """Two tools that each wait for the other to have started: run one after the other,
+    the first times out, so both succeeding proves they ran at the same time."""
+    arrived = {"ping": asyncio.Event(), "pong": asyncio.Event()}
+
+    async def meet(me: str, other: str, note: str) -> str:
+        arrived[me].set()
+        await asyncio.wait_for(arrived[other].wait(), 2)
+        return f"{me}:{note}"
+
+    @tool
+    async def ping(note: str) -> str:
+        """Meets pong."""
+        return await meet("ping", "pong", note)
+
+    @tool
+    async def pong(note: str) -> str:
+        """Meets ping."""
+        return await meet("pong", "ping", note)
+
+    return ping, pong
+
+
+def stalling_tool(log: list[str]):
+    @tool
+    async def stall(seconds: float) -> str:
+        """Never finishes in time."""
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+        return "finished"
+
+    return stall
+
+
+async def test_a_text_reply_ends_the_turn(conv):
+    agent = make_agent([text_reply("Hello there.", tokens=usage(12, 3))])
+    events = await drive(agent, conv, ask(agent, conv, "Hi"))
+    assert "".join(e.text for e in of(TextDelta, events)) == "Hello there."
+    assert events[-1] == TurnFinished("end_turn", Usage(input_tokens=12, output_tokens=3))
+    assert conv.messages[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Hello there."}]}
+    assert without_cache_marks(agent.model.requests[0].messages) == conv.messages[:1]
+    assert_valid(conv.messages)
+
+
+async def test_parallel_tools_run_together_and_answer_in_one_message(conv):
+    script = [tool_reply(call("t1", "ping", note="a"), call("t2", "pong", note="b"), text="Both at once.",
+                         tokens=usage(100, 20)),
+              text_reply("Done.", tokens=usage(150, 7))]
+    agent = make_agent(script, *meeting_tools())
+    events = await drive(agent, conv, ask(agent, conv, "Ping and pong"))
+    kinds = [type(e) for e in events if isinstance(e, (ToolStarted, ToolEnded))]
+    assert kinds == [ToolStarted, ToolStarted, ToolEnded, ToolEnded]
+    assert [e.tool_id for e in of(ToolStarted, events)] == ["t1", "t2"]
+    assert sorted((e.tool_id, e.output, e.is_error) for e in of(ToolEnded, events)) == [
+        ("t1", "ping:a", False), ("t2", "pong:b", False)]
+    results = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ping:a"},
+                                           {"type": "tool_result", "tool_use_id": "t2", "content": "pong:b"}]}
+    assert conv.messages[2] == results
+    assert without_cache_marks(agent.model.requests[1].messages) == conv.messages[:3]
+    assert events[-1] == TurnFinished("end_turn", Usage(input_tokens=250, output_tokens=27))
+    assert_valid(conv.messages)
+
+
+async def test_a_failing_tool_gives_an_error_result_and_the_loop_goes_on(conv):
+    agent = make_agent([tool_reply(call("t1", "broken", path="/tmp/x")), text_reply("The disk is full.")], broken)
+    events = await drive(agent, conv, ask(agent, conv, "Save it"))
+    [ended] = of(ToolEnded, events)
+    assert ended.is_error and "the disk is full" in ended.output
+    assert conv.messages[2]["content"] == [{"type": "tool_result", "tool_use_id": "t1", "is_error": True,
+                                            "content": "ValueError: the disk is full at /tmp/x"}]
+    assert len(agent.model.requests) == 2 and events[-1].stop_reason == "end_turn"
+    assert_valid(conv.messages)
+
+
+@pytest.mark.parametrize("how", ["cancel", "aclose"])
+async def test_stopping_while_a_tool_runs_answers_every_call(db, conv, how):
+    tool_log: list[str] = []
+    script = [tool_reply(call("t1", "echo", text="fast"), call("t2", "stall", seconds=60)), text_reply("Stopped.")]
+    agent = make_agent(script, echo, stalling_tool(tool_log))
+    events = await interrupt(agent, conv, ask(agent, conv, "Go"),
+                             lambda e: isinstance(e, ToolEnded) and e.tool_id == "t1", how)
+    assert not of(TurnFinished, events) and tool_log == ["cancelled"]
+    assert conv.messages[-1]["content"] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": "echo:fast"},
+        {"type": "tool_result", "tool_use_id": "t2", "content": CANCELLED_RESULT, "is_error": True},
+        {"type": "text", "text": STOPPED_NOTE}]
+    assert_valid(conv.messages)
+    await db[1].flush()  # the repaired history is also what a restart would load
+    assert [item.data for item in await db[0].load_history(OWNER, CONV, "model")] == conv.messages
+    await drive(agent, conv, ask(agent, conv, "Never mind"))
+    assert block_types(agent.model.requests[1].messages[-1]) == ["tool_result", "tool_result", "text", "text"]
+    assert_requests_valid(agent.model)
+    assert_valid(conv.messages)
+
+
+@pytest.mark.parametrize("how", ["cancel", "aclose"])
+async def test_stopping_while_text_streams_keeps_it_marked(conv, how):
+    agent = make_agent([[TextDelta("Let me think about "), HANG], text_reply("Fine.")])
+    events = await interrupt(agent, conv, ask(agent, conv, "Think"), lambda e: isinstance(e, TextDelta), how)
+    assert [e.text for e in of(TextDelta, events)] == ["Let me think about "]
+    assert conv.messages[-1] == {"role": "assistant",
+                                 "content": [{"type": "text", "text": f"Let me think about\n\n{STOPPED_NOTE}"}]}
+    assert_valid(conv.messages)
+    await drive(agent, conv, ask(agent, conv, "Go on"))
+    assert [m["role"] for m in agent.model.requests[1].messages] == ["user", "assistant", "user"]
+    assert_requests_valid(agent.model)
+    assert_valid(conv.messages)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "loop bug: the tool_use reply is kept, then ContextChanged and ToolStarted are yielded "
+    "before _run_tools enters its try/finally, so a consumer that stops iterating there (or "
+    "is cancelled while handling either event) leaves the tool_use with no tool_result; only "
+    "sessions/runner's repair() covers it today"))
+@pytest.mark.parametrize("stop_at", [ContextChanged, ToolStarted])
+async def test_stopping_between_reply_and_tools_still_answers_the_call(conv, stop_at):
+    agent = make_agent([tool_reply(call("t1", "echo", text="x"))], echo)
+    await interrupt(agent, conv, ask(agent, conv, "Go"), lambda e: isinstance(e, stop_at), "aclose")
+    assert_valid(conv.messages)
+
+
+async def test_max_steps_stops_a_model_that_never_stops(conv):
+    script = (tool_reply(call(f"t{i}", "echo", text=str(i))) for i in itertools.count())
+    agent = make_agent(script, echo, max_steps=3)
+    events = await drive(agent, conv, ask(agent, conv, "Loop forever"))
+    assert len(agent.model.requests) == 3 and len(of(ToolEnded, events)) == 3
+    assert events[-1] == TurnFinished("max_steps", Usage(input_tokens=30, output_tokens=15))
+    assert conv.messages[-1]["content"] == [{"type": "tool_result", "tool_use_id": "t2", "content": "echo:2"}]
+    assert_requests_valid(agent.model)
+    assert_valid(conv.messages)
+
+
+async def test_a_model_error_fails_the_turn_and_keeps_the_text_marked(conv):
+    script = [tool_reply(call("t1", "echo", text="x"), tokens=usage(40, 4)),
+              [TextDelta("Half an ans"), LLMError("llm_error", "Overloaded")]]
+    agent = make_agent(script, echo)
+    events = await drive(agent, conv, ask(agent, conv, "Answer"))
+    assert events[-2:] == [TurnFailed("llm_error", "Overloaded"),
+                           TurnFinished("error", Usage(input_tokens=40, output_tokens=4))]
+    assert conv.messages[-1] == {"role": "assistant",
+                                 "content": [{"type": "text", "text": f"Half an ans\n\n{FAILED_NOTE}"}]}
+    assert_valid(conv.messages)
+
+
+async def test_a_forced_tool_choice_goes_with_the_first_call_only(conv):
+    agent = make_agent([tool_reply(call("t1", "echo", text="x")), text_reply("Edited.")], echo)
+    choice = {"type": "tool", "name": "echo"}
+    await drive(agent, conv, ask(agent, conv, "Edit the highlight", tool_choice=choice))
+    assert [r.tool_choice for r in agent.model.requests] == [choice, None]
+    assert_valid(conv.messages)
+
+
+PAUSED = [{"type": "text", "text": "Searching."},
+          {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}}]
+
+
+def paused_script() -> list:
+    return [[TextDelta("Searching."), ModelReply(PAUSED, "pause_turn", usage(30, 3))],
+            text_reply("Found it.", tokens=usage(50, 4))]
+
+
+async def test_pause_turn_continues_without_running_tools(conv):
+    agent = make_agent(paused_script(), echo)
+    events = await drive(agent, conv, ask(agent, conv, "Search"))
+    assert not of(ToolStarted, events)
+    second = without_cache_marks(agent.model.requests[1].messages)
+    assert second[-1] == {"role": "assistant", "content": PAUSED}
+    assert events[-1] == TurnFinished("end_turn", Usage(input_tokens=80, output_tokens=7))
+    assert_requests_valid(agent.model)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "loop: the reply that continues a pause_turn is appended as a second assistant message "
+    "instead of extending the paused one, so roles stop alternating (Anthropic merges "
+    "consecutive turns and accepts it; ConversationManager.add_user keeps alternation)"))
+async def test_pause_turn_history_alternates(conv):
+    agent = make_agent(paused_script(), echo)
+    await drive(agent, conv, ask(agent, conv, "Search"))
+    assert_valid(conv.messages)

@@ -1,0 +1,1 @@
+"""The deep_research pipeline: plan, search, read, write, cite."""

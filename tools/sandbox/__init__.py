@@ -1,0 +1,1 @@
+"""The bubblewrap sandbox that code_interpreter runs model-written code in."""
