@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from chat_agent import __version__
+from importlib.metadata import version as _package_version
 from chat_agent.web.auth import authenticate
 from chat_agent.sessions.hub import Hub
 from chat_agent.protocol import json_schema
@@ -41,7 +41,7 @@ async def health(request: Request) -> JSONResponse:
     hub: Hub = request.app.state.hub
     settings = hub.settings
     return JSONResponse({
-        "status": "ok", "version": __version__, "model": settings.model, "smallModel": settings.small_model,
+        "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
         "anthropic": {"configured": hub.agent.model.configured},
         "auth": settings.auth_enabled, "storage": "sqlite" if not settings.database_url else "custom",
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
