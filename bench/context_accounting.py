@@ -2,17 +2,17 @@
 
 A conversation with ~300,000 characters of model-facing history (user messages, replies
 with tool calls, tool results, answers) is written to a SQLite store in a temp dir and
-loaded back the way `Hub.open` does (`load_history` for both histories, then a
+loaded back the way `Hub.open` (chat_agent/sessions/hub.py) does (`load_history` for both histories, then a
 `ConversationManager` with a real `StoreWriter`). Then, for each measured turn, on a
 manager holding exactly that history (rebuilt from the loaded items between turns, not
 timed), the ConversationManager work of one one-tool turn is timed, in the order
-runner.py and loop.py do it:
+chat_agent/sessions/live.py and chat_agent/agent/loop.py do it:
 
-    add_visible(user)  add_user(content)  needs_summary()          # TurnRunner.start, loop
+    add_visible(user)  add_user(content)  needs_summary()          # LiveConversation.start, loop
     add_assistant(reply with tool_use, usage)  tokens               # _keep_reply, ContextChanged
     add_tool_results([...])  needs_summary()                        # _run_tools, next step
     add_assistant(answer, usage)  tokens                            # _keep_reply, ContextChanged
-    replace_visible(reply)                                          # TurnRunner.finish
+    replace_visible(reply)                                          # LiveConversation.finish
 
 The new content per turn is fixed (user 200 chars, tool result 3,000, answer 1,500, by
 default) and is what tiktoken has to count; the point is that nothing scales with the

@@ -8,9 +8,9 @@ requests every time):
 
 - bare:      the same two model calls made with the SDK (`messages.stream` +
              `get_final_message()`), same messages, system prompt and tool schema;
-- ours:      `chat_agent.loop.run_turn` in-process, with a `ConversationManager` on a real
-             `StoreWriter` and SQLite store (as hub.py/runner.py build them), the user
-             message added as `TurnRunner.start` does, and the writer flushed at the end;
+- ours:      `chat_agent.agent.loop.run_turn` in-process, with a `ConversationManager` on a real
+             `StoreWriter` and SQLite store (as chat_agent/sessions builds them), the user
+             message added as `LiveConversation.start` does, and the writer flushed at the end;
 - ours/ws:   the real server (bench/bench_server.py: server.py plus the noop tool, and no
              other tool offered, so its requests equal the others') in a child process;
              over one socket, from sending `message` to receiving `done` (an untimed
@@ -286,7 +286,7 @@ async def profile(ours: Ours, bare: Bare, turns: int) -> None:
     out = io.StringIO()
     stats = pstats.Stats(profiles["ours"], stream=out)
     stats.sort_stats("cumulative").print_stats(r"chat_agent|sqlite3|tiktoken|tooling", 30)
-    print("ours' own functions by cumulative time (the SDK's streaming sits under llm.py:_stream_once):\n"
+    print("ours' own functions by cumulative time (the SDK's streaming sits under model/anthropic.py:_stream_once):\n"
           + out.getvalue().split("\n\n", 1)[-1])
 
 

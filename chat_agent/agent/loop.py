@@ -82,7 +82,12 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
             return
         turn.usage.add(reply.usage)
         calls = _keep_reply(conv, reply)
-        yield ContextChanged(conv.tokens, conv.max_tokens)
+        try:
+            yield ContextChanged(conv.tokens, conv.max_tokens)
+        except BaseException:  # stopped before the tools started: their calls still need results
+            if calls:
+                conv.add_tool_results([_result_block(c["id"], None) for c in calls], note=STOPPED_NOTE)
+            raise
         if reply.stop_reason == "pause_turn":
             continue
         if reply.stop_reason != "tool_use" or not calls:
@@ -178,11 +183,12 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
         events.put_nowait(ToolEnded(call["id"], call["name"], result.output,
                                     time.monotonic() - started, result.is_error))
 
-    for call in calls:
-        yield ToolStarted(call["id"], call["name"], call["input"])
-    tasks = [asyncio.create_task(run(call), name=f"tool:{call['name']}") for call in calls]
+    tasks: list[asyncio.Task[None]] = []
     finished = False
     try:
+        for call in calls:
+            yield ToolStarted(call["id"], call["name"], call["input"])
+        tasks = [asyncio.create_task(run(call), name=f"tool:{call['name']}") for call in calls]
         remaining = len(calls)
         while remaining:
             event = await events.get()
@@ -190,7 +196,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
             yield event
         finished = True
     finally:
-        if not finished:
+        if not finished and tasks:
             await _cancel(tasks)
         conv.add_tool_results([_result_block(call["id"], results.get(call["id"])) for call in calls],
                               note=None if finished else STOPPED_NOTE)

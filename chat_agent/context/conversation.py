@@ -107,6 +107,13 @@ class ConversationManager:
             tokens = usage.output_tokens
         else:
             tokens = self._counter.content(content)
+        if self.messages and self.messages[-1]["role"] == "assistant":
+            # The continuation of a reply the API paused (pause_turn) extends it, so roles
+            # still alternate in what is stored and sent next.
+            last = self._items[-1]
+            merged = {"role": "assistant", "content": _blocks(last.data["content"]) + content}
+            self._replace_last(merged, tokens=last.tokens + tokens)
+            return
         self._append({"role": "assistant", "content": content}, tokens)
 
     def add_cut_reply(self, text: str, note: str) -> None:
