@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
+import signal
 import time
 from pathlib import Path
 
@@ -49,3 +51,33 @@ async def wait_for_tree(ready, timeout: float = 5) -> list[int]:
             return tree
         await asyncio.sleep(0.02)
     raise AssertionError(f"the sandbox did not start: {[cmdline(p) for p in descendants(os.getpid())]}")
+
+
+def marked(marker: str) -> list[int]:
+    """Live processes anywhere on the machine whose command line holds `marker`: found also
+    when they left this process's tree (reparented after their parent was killed)."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and marker in cmdline(int(p)) and alive(int(p))]
+
+
+def new_marker() -> str:
+    """A `sleep` duration no other process uses: `sleep MARKER` is easy to find in /proc."""
+    return f"{86_000 + secrets.randbelow(400)}.{secrets.randbelow(10**6):06d}"
+
+
+def poll(done, timeout: float, interval: float = 0.02) -> bool:
+    """Calls `done()` until it is true (True) or `timeout` seconds pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def sigkill_all(pids) -> None:
+    """Cleans up after a failed test: what it was checking must not live on."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -4,6 +4,10 @@ The images go into the sandbox's work dir as `{id}{extension}`; what the code wr
 back: images are checked, stored in the conversation (source "code") and shown to the model,
 small text files are shown as text, anything else is only named. A failing program is a
 normal result, not a tool error: the model needs its traceback to fix the code.
+
+Each run's temp dir lives under the data dir's `sandbox/`; building the tool at start-up
+removes the dirs that a killed server left there (and none that another live server sharing
+the data dir is using: see `sandbox.scratch`).
 """
 
 from __future__ import annotations
@@ -11,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import shutil
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
 from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import Field
 
 from .sandbox import runner as sandbox
+from .sandbox.scratch import remove_stale
 from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult
 from chat_agent.tooling import (ConversationFiles, FileError, ImageError, PreparedImage, Settings, StoredFile, ToolContext,
                                 ToolUnavailable, image_block, image_format, prepare_image)
@@ -27,6 +33,7 @@ from chat_agent.tooling import (ConversationFiles, FileError, ImageError, Prepar
 log = logging.getLogger(__name__)
 
 NAME = "code_interpreter"
+SCRATCH = "sandbox"  # under the data dir: the runs' temp dirs
 DEFAULT_IMAGES = 10  # without image_ids: the conversation's newest images, at most this many
 MAX_INPUTS = 20
 MAX_IMAGES = 10  # images stored and shown per run; each costs the model ~1.6k tokens
@@ -58,6 +65,7 @@ UNSANDBOXED = {  # the same code runs, but in a temp dir of the host: relative p
 
 def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
     """`bwrap` names the bubblewrap binary (tests point it at one that does not exist)."""
+    scratch = _clean_scratch(settings)
     unsandboxed = settings.code_unsandboxed
     if unsandboxed:
         if shutil.which("prlimit") is None:
@@ -85,12 +93,23 @@ def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
         ctx.progress("Preparing files")
         inputs = await _inputs(files, image_ids)
         ctx.progress("Running code")
-        result = await sandbox.run_python(code, inputs, limits=limits, unsandboxed=unsandboxed, bwrap=bwrap)
+        result = await sandbox.run_python(code, inputs, limits=limits, unsandboxed=unsandboxed, bwrap=bwrap,
+                                          scratch=scratch)
         outputs = await _outputs(ctx, files, result.files)
         return _content(result, limits, outputs), _output(result, outputs, files)
 
     code_interpreter.metadata = {"timeout": settings.code_timeout + 30}
     return code_interpreter
+
+
+def _clean_scratch(settings: Settings) -> Path:
+    """The runs' parent dir (absolute: bwrap starts in a run's dir), emptied of what a
+    killed server left behind."""
+    scratch = Path(os.path.abspath(settings.data_dir / SCRATCH))
+    removed = remove_stale(scratch)
+    if removed:
+        log.info("removed %d sandbox dir(s) left by a server that was killed: %s", len(removed), ", ".join(removed))
+    return scratch
 
 
 def _warn_unsandboxed() -> None:

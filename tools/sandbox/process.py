@@ -1,8 +1,9 @@
-"""Waiting on a sandbox process: a wall-clock limit, capped output, and a kill that leaves nothing behind.
+"""A sandbox process's life: tied to the server's, a wall-clock limit, capped output, and a
+kill that leaves nothing behind.
 
-`sandbox.run_python` starts bwrap (unsandboxed, prlimit) in a session of its own. Killing
-bwrap's child, the sandbox's PID 1, ends everything in the sandbox's PID namespace; killing
-the session's process group covers the unsandboxed run.
+`sandbox.run_python` starts bwrap (unsandboxed, prlimit) through `launched`, in a session of
+its own. Killing bwrap's child, the sandbox's PID 1, ends everything in the sandbox's PID
+namespace; killing the session's process group covers the unsandboxed run.
 """
 
 from __future__ import annotations
@@ -10,7 +11,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from pathlib import Path
+
+LAUNCHER = str(Path(__file__).with_name("launch.py"))
+
+
+def launched(argv: list[str]) -> list[str]:
+    """`argv` started through `launch.py`, so that it is SIGKILLed when this process dies.
+    The signal follows the thread that forks it: start it from the event loop's thread (or
+    another that lives as long as the process), never from a short-lived worker thread."""
+    return [sys.executable, "-I", "-S", "-B", LAUNCHER, str(os.getpid()), *argv]
 
 
 async def supervise(

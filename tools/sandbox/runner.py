@@ -11,7 +11,21 @@ the server's home, data dir, environment or network. The sandbox has its own net
 (only its own loopback), PID, IPC, UTS and cgroup namespaces and an environment of PATH, HOME, LANG
 and PYTHONDONTWRITEBYTECODE only. /tmp and /dev/shm are tmpfs of `file_mb` each; the rest
 of its tree is read-only. Cancelling `run_python` SIGKILLs the sandbox and removes the temp
-dir at once (waiting and killing: `sandbox_process`).
+dir at once (waiting and killing: `process`).
+
+A sandbox never outlives the server by more than its own time limit, however the server dies:
+- bwrap is started through `process.launched`, which makes the kernel SIGKILL it when the
+  server dies; bwrap's `--die-with-parent` passes that on to the sandbox's PID 1, whose death
+  kills every process in the sandbox's PID namespace.
+- PID 1 (`--as-pid-1`) is coreutils `timeout`, which kills the code and exits at the limit
+  (plus `SELF_KILL_GRACE`, so that the server's own kill, which reports the time-out, comes
+  first), also if every parent is gone and no signal ever came (a server killed before bwrap
+  set its own). As root, PID 1 stays root, for bwrap, having dropped its capabilities, can
+  send the parent-death signal only to a process of its own uid; it gets CAP_KILL to kill
+  the code's uid, which can signal none of root's processes. Unsandboxed, only the first
+  layer holds: the code dies with the server, processes it started may not.
+- the temp dir comes from `scratch.scratch_dir`: locked while in use, so that the next
+  start-up finds a dead server's dirs (`scratch.remove_stale`) and no live one's.
 
 Limits are set by `prlimit` inside the sandbox, so they bind the code but not bwrap:
 RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE and RLIMIT_NPROC all survive into the program. The
@@ -25,7 +39,6 @@ the work dir (each is capped by RLIMIT_FSIZE, all of them only by the time limit
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import shutil
@@ -37,12 +50,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .process import kill_sandbox, supervise
+from .process import kill_sandbox, launched, supervise
+from .scratch import restore_access, scratch_dir
 
 WORK = "/mnt/data"  # where the code sees its files; the path code interpreters conventionally use
 CODE_NAME = ".main.py"  # hidden, so never returned as an output
 RUN_UIDS = range(1_000_000_000, 2_000_000_000)  # as root, each run's own uid: its own RLIMIT_NPROC count
 MAX_FILES = 100  # files returned; their total size is capped by `file_mb`
+SELF_KILL_GRACE = 1.0  # seconds past `wall_seconds` before the sandbox ends itself
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MB = 1024 * 1024
 
@@ -81,7 +96,7 @@ def probe(bwrap: str = "bwrap") -> str | None:
         return f"code sandbox unavailable: {exc}"
     with tempfile.TemporaryDirectory(prefix="chat-agent-probe-") as work:
         uid = _own(Path(work))
-        argv = _sandbox_argv(tools, Path(work), uid, [], SandboxLimits(), ["true"])
+        argv = launched(_sandbox_argv(tools, Path(work), uid, [], SandboxLimits(), ["true"]))
         try:
             done = subprocess.run(argv, capture_output=True, timeout=10, env=_env("/usr/bin", WORK))
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -100,19 +115,20 @@ async def run_python(
     python: str = sys.executable,
     unsandboxed: bool = False,
     bwrap: str = "bwrap",
+    scratch: Path | None = None,
 ) -> SandboxResult:
-    """Runs `code` with `python -I` on copies of `files`. `unsandboxed` runs it without
-    bwrap (rlimits, a clean environment and the temp dir remain): the caller warns loudly."""
+    """Runs `code` with `python -I` on copies of `files`, in a temp dir under `scratch`
+    (default: the system's temp dir). `unsandboxed` runs it without bwrap (rlimits, a clean
+    environment, the temp dir and the death with the server remain): the caller warns loudly."""
     exe = shutil.which(python)
     if exe is None:
         raise FileNotFoundError(f"python not found: {python}")
     tools = _tools(bwrap, unsandboxed)
-    work = Path(tempfile.mkdtemp(prefix="chat-agent-sandbox-"))
-    try:
+    with scratch_dir(scratch) as work:
         inputs = _write_inputs(work, code, files)
         argv, env = await _command(tools, work, exe, limits, unsandboxed)
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            *launched(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=work, env=env, start_new_session=True,
         )
         try:
@@ -123,8 +139,6 @@ async def run_python(
         outputs, skipped = _collect(work, inputs, limits)
         stderr += _notes(exit_code, timed_out, limits, skipped)
         return SandboxResult(exit_code, stdout, stderr, timed_out, outputs)
-    finally:
-        _remove(work)
 
 
 async def _command(
@@ -141,7 +155,9 @@ async def _command(
 
 
 def _tools(bwrap: str, unsandboxed: bool = False) -> dict[str, str]:
-    names = {"prlimit": "prlimit"} if unsandboxed else {"bwrap": bwrap, "prlimit": "prlimit", "setpriv": "setpriv"}
+    names = {"prlimit": "prlimit"}
+    if not unsandboxed:
+        names |= {"bwrap": bwrap, "setpriv": "setpriv", "timeout": "timeout"}
     found = {key: shutil.which(name) for key, name in names.items()}
     missing = [names[key] for key, path in found.items() if path is None]
     if missing:
@@ -172,10 +188,10 @@ def _sandbox_argv(
     tools: dict[str, str], work: Path, uid: int, roots: list[str], limits: SandboxLimits, program: list[str]
 ) -> list[str]:
     argv = [tools["bwrap"], "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv += ["--die-with-parent", "--as-pid-1", "--new-session", "--cap-drop", "ALL"]
     drop: list[str] = []
     if _as_root():  # no user namespace: uid 0 would stay uid 0 outside, immune to RLIMIT_NPROC
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"]
         drop = [tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all"]
     else:
         argv += ["--unshare-user", "--disable-userns"]
@@ -193,7 +209,8 @@ def _sandbox_argv(
     argv += [a for root in roots for a in ("--ro-bind", os.path.realpath(root), root)]
     argv += ["--bind", str(work), WORK, "--chdir", WORK]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs, unbounded, writable in a user namespace
-    return [*argv, "--", *drop, tools["prlimit"], *_rlimits(limits), "--", *program]
+    deadline = [tools["timeout"], "--signal=KILL", f"{limits.wall_seconds + SELF_KILL_GRACE:.3f}"]
+    return [*argv, "--", *deadline, *drop, tools["prlimit"], *_rlimits(limits), "--", *program]
 
 
 def _parent_dirs(paths: list[str]) -> list[str]:
@@ -260,7 +277,7 @@ def _collect(work: Path, inputs: dict[str, bytes], limits: SandboxLimits) -> tup
     """Regular files (never following links) outside hidden dirs, new or changed, in name
     order, up to MAX_FILES and `file_mb` in all; the names of those left out."""
     found, skipped, budget = [], [], limits.file_mb * _MB
-    _unlock(work)
+    restore_access(work)
     for name in sorted(_walk(work)):
         data = _read_regular(work / name, limits.file_mb * _MB)
         if data is None or inputs.get(name) == data:
@@ -302,19 +319,3 @@ def _notes(exit_code: int | None, timed_out: bool, limits: SandboxLimits, skippe
     if skipped:
         notes.append(f"files not returned (over {MAX_FILES} files or {limits.file_mb} MB): {', '.join(skipped)}")
     return "".join(f"\n[sandbox: {note}]" for note in notes)
-
-
-def _unlock(work: Path) -> None:
-    """Gives back what the code may have taken away: the permission to list its dirs."""
-    with contextlib.suppress(OSError):
-        os.chmod(work, 0o750)
-    for top, dirs, _ in os.walk(work):
-        for path in (os.path.join(top, name) for name in dirs):
-            with contextlib.suppress(OSError):
-                if not os.path.islink(path):
-                    os.chmod(path, 0o700)
-
-
-def _remove(work: Path) -> None:
-    _unlock(work)
-    shutil.rmtree(work, ignore_errors=True)
