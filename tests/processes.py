@@ -4,6 +4,7 @@ for tests that check a sandbox leaves no process behind."""
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import secrets
 import signal
@@ -81,3 +82,28 @@ def sigkill_all(pids) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def _hold(parent: str, made) -> None:
+    from tools.sandbox.scratch import scratch_dir
+
+    with scratch_dir(Path(parent)) as path:
+        made.send(str(path))
+        time.sleep(600)
+
+
+def holder(parent: Path) -> tuple[multiprocessing.Process, Path]:
+    """Another process (a server, say; forked, so without paying for imports again) that made
+    a sandbox scratch dir under `parent` and is using it."""
+    fork = multiprocessing.get_context("fork")
+    ours, theirs = fork.Pipe()
+    proc = fork.Process(target=_hold, args=(str(parent), theirs), daemon=True)
+    proc.start()
+    assert ours.poll(10), "the holder did not make its dir"
+    return proc, Path(ours.recv())
+
+
+def killed(proc: multiprocessing.Process) -> None:
+    """SIGKILLs a forked process (as a server may be killed) and reaps it."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(5)

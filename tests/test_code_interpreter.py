@@ -25,7 +25,7 @@ from tools.sandbox.runner import probe
 from chat_agent.store import CreateConversation
 from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices, ToolUnavailable
 from tests.cancelling import cancel_within
-from tests.processes import cmdline, ours, wait_for_tree
+from tests.processes import cmdline, holder, killed, ours, poll, sigkill_all, wait_for_tree
 from tools import code_interpreter
 
 REASON = probe()
@@ -296,3 +296,23 @@ def test_schema_and_timeout(tmp_path: Path) -> None:
     assert "Pillow" in description and "no network" in description and "/mnt/data/file_ab12….png" in description
     unsandboxed = code_interpreter.build(settings_for(tmp_path, code_unsandboxed=True)).description
     assert "no network" not in unsandboxed and "/mnt/data" not in unsandboxed
+
+
+@needs_sandbox
+async def test_runs_go_under_the_data_dir_which_start_up_cleans(tmp_path: Path, files: ConversationFiles) -> None:
+    scratch = tmp_path / "data" / "sandbox"
+    live, live_dir = holder(scratch)  # another server sharing this data dir, mid-run
+    dead, dead_dir = holder(scratch)
+    try:
+        killed(dead)  # a server killed mid-run left its dir
+        registry = registry_for(settings_for(tmp_path))  # building the tool is part of start-up
+        assert sorted(p.name for p in scratch.iterdir()) == [live_dir.name]
+        code = "import os\nprint(os.getcwd(), sorted(os.listdir('.')))"
+        task = asyncio.create_task(run(registry, files, code + "\nimport time; time.sleep(60)"))
+        assert await asyncio.to_thread(poll, lambda: len(list(scratch.iterdir())) == 2, 10)
+        [mine] = [p for p in scratch.iterdir() if p != live_dir]  # this run's dir, under the data dir
+        assert (mine / ".main.py").read_text().startswith(code)
+        await cancel_within(task, 1.0)
+        assert [p.name for p in scratch.iterdir()] == [live_dir.name]
+    finally:
+        sigkill_all([p.pid for p in (live, dead) if p.is_alive()])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import multiprocessing
 import os
 import signal
 import sys
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tools.sandbox.runner import SandboxFile, SandboxLimits, SandboxResult, probe, run_python
+from tools.sandbox.runner import SELF_KILL_GRACE, SandboxFile, SandboxLimits, SandboxResult, probe, run_python
 from tests.cancelling import cancel_within
-from tests.processes import alive, cmdline, ours, wait_for_tree
+from tests.processes import alive, cmdline, descendants, marked, new_marker, ours, poll, sigkill_all, wait_for_tree
 
 REASON = probe()
 REQUIRED = bool(os.environ.get("CHAT_AGENT_REQUIRE_SERVICES"))
@@ -277,3 +278,29 @@ async def test_unsandboxed_keeps_limits_env_and_temp_dir(monkeypatch: pytest.Mon
     assert result.stdout == "None\n" and "MemoryError" in result.stderr
     [out] = result.files
     assert "chat-agent-sandbox-" in out.data.decode() and not os.path.exists(out.data.decode())
+
+
+def _serve_one_run(code: str, wall_seconds: float) -> None:
+    asyncio.run(run_python(code, [], limits=SandboxLimits(wall_seconds=wall_seconds)))
+
+
+def test_the_sandbox_ends_itself_at_its_limit_when_its_server_cannot() -> None:
+    """The second layer: a server that hangs (stopped here, so no parent-death signal comes
+    either) leaves the sandbox to end itself, escaped sessions included."""
+    marker = new_marker()
+    code = f"import subprocess, time\nsubprocess.Popen(['sleep', '{marker}'], start_new_session=True)\ntime.sleep(600)"
+    server = multiprocessing.get_context("fork").Process(target=_serve_one_run, args=(code, 1.0), daemon=True)
+    server.start()
+    tree: list[int] = []
+    try:
+        assert poll(lambda: bool(marked(marker)), 10), "the sandbox did not start"
+        os.kill(server.pid, signal.SIGSTOP)
+        started = time.monotonic()
+        tree = descendants(server.pid) + marked(marker)
+        assert len(tree) >= 4  # bwrap, its PID 1 (timeout), python, sleep
+        assert poll(lambda: not any(alive(pid) for pid in tree), 1.0 + SELF_KILL_GRACE + 2)
+        assert time.monotonic() - started < 1.0 + SELF_KILL_GRACE + 1.5
+        assert server.is_alive()  # the server did not do it: it was stopped all along
+    finally:
+        sigkill_all([*tree, server.pid])
+        server.join(5)

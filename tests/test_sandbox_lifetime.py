@@ -13,32 +13,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.processes import alive, cmdline, marked, new_marker, poll, sigkill_all
+from tests.processes import alive, cmdline, holder, killed, marked, new_marker, poll, sigkill_all
 from tools.sandbox.launch import ORPHANED
 from tools.sandbox.process import launched
 from tools.sandbox.scratch import PENDING, PREFIX, remove_stale, scratch_dir
 
-FORK = multiprocessing.get_context("fork")  # a "server" process without paying for imports again
-
-
-def _hold(parent: str, made) -> None:
-    with scratch_dir(Path(parent)) as path:
-        made.send(str(path))
-        time.sleep(600)
-
-
-def holder(parent: Path) -> tuple[multiprocessing.Process, Path]:
-    """Another process (a server, say) that made a scratch dir under `parent` and is using it."""
-    ours, theirs = FORK.Pipe()
-    proc = FORK.Process(target=_hold, args=(str(parent), theirs), daemon=True)
-    proc.start()
-    assert ours.poll(10), "the holder did not make its dir"
-    return proc, Path(ours.recv())
-
-
-def killed(proc: multiprocessing.Process) -> None:
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.join(5)
+FORK = multiprocessing.get_context("fork")  # a parent process without paying for imports again
 
 
 def test_a_dir_is_held_while_in_use_and_removed_after(tmp_path: Path) -> None:
