@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, computed_field,
+                      model_validator)
 from pydantic.alias_generators import to_camel
 
 PROTOCOL_VERSION = 1
+# The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
+FEATURES: tuple[str, ...] = ("parts",)
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -71,15 +74,116 @@ class ToolCallRecord(Model):
     duration: float | None = None
 
 
+# ---- a visible message: its parts in the order they happened (PROTOCOL 1.1) -----------
+
+def _omit_none(value: Any) -> bool:
+    return value is None
+
+
+class TextPart(Model):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingPart(Model):
+    type: Literal["thinking"] = "thinking"
+    text: str
+
+
+class ToolPart(ToolCallRecord):
+    type: Literal["tool"] = "tool"
+
+    def record(self) -> ToolCallRecord:
+        return ToolCallRecord.model_validate(self.model_dump(exclude={"type"}))
+
+
+class AttachmentPart(Model):
+    """An attachment's description (`attachments[i]` of 1.0) as a part: its own `type`
+    ("image" or "document") is `kind` here, since `type` names the part."""
+
+    # Descriptions are open-ended (an older or newer server may add keys): keep what is there.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+                              extra="allow")
+    type: Literal["attachment"] = "attachment"
+    kind: Literal["image", "document"]
+    file_id: str | None = Field(default=None, exclude_if=_omit_none)
+    url: str | None = Field(default=None, exclude_if=_omit_none)
+    filename: str | None = Field(default=None, exclude_if=_omit_none)
+    media_type: str | None = Field(default=None, exclude_if=_omit_none)
+    width: int | None = Field(default=None, exclude_if=_omit_none)
+    height: int | None = Field(default=None, exclude_if=_omit_none)
+    size: int | None = Field(default=None, exclude_if=_omit_none)
+    parts: int | None = Field(default=None, exclude_if=_omit_none)  # a document's pages or sections
+    unit: str | None = Field(default=None, exclude_if=_omit_none)
+    chars: int | None = Field(default=None, exclude_if=_omit_none)
+
+    @classmethod
+    def of(cls, description: dict[str, Any]) -> "AttachmentPart":
+        kind = description.get("type")
+        return cls.model_validate({**{k: v for k, v in description.items() if k != "type"}, "kind": kind})
+
+    def description(self) -> dict[str, Any]:
+        """The 1.0 form: `type` is the attachment's kind."""
+        return {"type": self.kind, **self.model_dump(mode="json", exclude={"type", "kind"})}
+
+
+Part = Annotated[Union[TextPart, ThinkingPart, ToolPart, AttachmentPart], Field(discriminator="type")]
+PART_SEPARATOR = "\n\n"  # `content` (and `thinking`) join their parts with a blank line
+
+
+def _legacy_parts(data: dict[str, Any]) -> list[Any]:
+    """Parts for a message stored (or built) without them, from the 1.0 fields: attachments,
+    thinking, tools, then the text (1.0 did not record their order)."""
+    parts: list[Any] = [AttachmentPart.of(a) for a in data.get("attachments") or []]
+    if data.get("thinking"):
+        parts.append(ThinkingPart(text=data["thinking"]))
+    for call in data.get("toolCalls", data.get("tool_calls")) or []:
+        parts.append(ToolPart.model_validate(ToolCallRecord.model_validate(call).model_dump()))
+    if data.get("content"):
+        parts.append(TextPart(text=data["content"]))
+    return parts
+
+
 class VisibleMessage(Model):
+    """A message of the visible history. `parts` is the message; `content`, `thinking`,
+    `toolCalls` and `attachments` are the 1.0 views of it, derived, so they cannot disagree."""
+
     id: str
     role: Literal["user", "assistant"]
-    content: str = ""
     created_at: float
     status: MessageStatus = "complete"
-    thinking: str | None = None
-    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    attachments: list[dict[str, Any]] = Field(default_factory=list)
+    parts: list[Part] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _parts_from_legacy_fields(cls, data: Any) -> Any:
+        # Rows stored before parts existed, and messages built from text and attachments.
+        if isinstance(data, dict) and "parts" not in data:
+            return {**data, "parts": _legacy_parts(data)}
+        return data
+
+    def _texts(self, kind: type[TextPart] | type[ThinkingPart]) -> list[str]:
+        return [part.text for part in self.parts if isinstance(part, kind)]
+
+    @computed_field
+    @property
+    def content(self) -> str:
+        return PART_SEPARATOR.join(self._texts(TextPart))
+
+    @computed_field
+    @property
+    def thinking(self) -> str | None:
+        return PART_SEPARATOR.join(self._texts(ThinkingPart)) or None
+
+    @computed_field
+    @property
+    def tool_calls(self) -> list[ToolCallRecord]:
+        return [part.record() for part in self.parts if isinstance(part, ToolPart)]
+
+    @computed_field
+    @property
+    def attachments(self) -> list[dict[str, Any]]:
+        return [part.description() for part in self.parts if isinstance(part, AttachmentPart)]
 
 
 class ArtifactVersion(Model):
@@ -111,6 +215,7 @@ class ServerFrame(Model):
 class SessionFrame(ServerFrame):
     type: Literal["session"] = "session"
     protocol_version: int = PROTOCOL_VERSION
+    features: list[str] = Field(default_factory=lambda: list(FEATURES))
     title: str | None = None
     artifact: ArtifactState | None = None
     messages: list[VisibleMessage] = Field(default_factory=list)

@@ -184,6 +184,28 @@ def test_history_from_a_session_snapshot() -> None:
         "    Air — https://air.example", "Here are two.", "(aborted)", "▣ plan.py v2/3 (code, python)"])
 
 
+def test_history_shows_a_reply_in_the_order_of_its_parts() -> None:
+    # As the live turn drew it: text, the tool card, more text; thinking dimmed where it came.
+    session = frame("session", 9, context={"tokens": 10, "maxTokens": 100}, features=["parts"], messages=[
+        {"id": "u1", "role": "user", "createdAt": 1.0, "parts": [
+            {"type": "text", "text": "Find cats"},
+            {"type": "attachment", "kind": "image", "fileId": "f1", "url": "/api/uploads/f1",
+             "filename": "cat.png", "mediaType": "image/png", "width": 64, "height": 48}]},
+        {"id": "a1", "role": "assistant", "createdAt": 2.0, "parts": [
+            {"type": "thinking", "text": "Search first."},
+            {"type": "text", "text": "Calling tools."},
+            {"type": "tool", "toolId": "t1", "name": "web_search", "input": {"query": "cats"},
+             "output": {"results": [{"title": "Cats", "url": "https://cats.example"}]}, "isError": False,
+             "duration": 0.5},
+            {"type": "text", "text": "Done: cats."}]},
+    ])
+    assert isinstance(session, SessionFrame)
+    assert render_history(session, PLAIN) == "\n".join([
+        "you › Find cats", "  📎 cat.png 64×48 /api/uploads/f1", "Search first.", "Calling tools.",
+        '▸ web_search {"query": "cats"}', "  ✓ web_search 0.5s", "    Cats — https://cats.example", "Done: cats."])
+    assert session.messages[1].content == "Calling tools.\n\nDone: cats."
+
+
 def test_banner_names_disabled_tools_and_why() -> None:
     session = frame("session", 0, context={"tokens": 0, "maxTokens": 1}, tools=[
         {"name": "web_search", "enabled": False, "reason": "EXA_API_KEY not set"}, {"name": "reflect", "enabled": True}])

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from chat_agent.client import ChatClient
-from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
+from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
 from tests.samples import make_pdf, make_png
 from tests.support import ROOT, ServerProcess
 
@@ -79,6 +79,19 @@ def test_piped_session_continues_a_conversation(server, fake_anthropic):
     assert result.returncode == 0, result.stderr
     assert "second reply" in result.stdout and conversation_id in result.stdout + result.stderr
     assert len(fake_anthropic.last_main.body["messages"]) == 3
+
+
+def test_a_continued_conversation_shows_its_replies_in_order(server, fake_anthropic, exa):
+    fake_anthropic.enqueue(Reply([Text("Calling tools."), ToolUse("web_search", {"query": "order"})]),
+                           Reply("Done: in order."))
+    first = run_client(server, "--json", "--message", "search")
+    assert first.returncode == 0, first.stderr
+    conversation_id = first.stdout.split('"conversationId":"')[1].split('"')[0]
+    result = run_client(server, "--conversation", conversation_id, stdin="/quit\n")
+    assert result.returncode == 0, result.stderr
+    shown = result.stdout + result.stderr
+    # text, the tool card, text: as the turn was drawn live, not the card first
+    assert shown.index("Calling tools.") < shown.index("▸ web_search") < shown.index("Done: in order.")
 
 
 async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_anthropic, fake_exa):

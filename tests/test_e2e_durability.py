@@ -126,6 +126,7 @@ async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_pa
     assert snapshot["running"] is False
     reply = snapshot["messages"][-1]
     assert reply["status"] == "interrupted" and reply["content"].startswith(text_of(seen))
+    assert reply["parts"] == [{"type": "text", "text": reply["content"]}]
     await send(ws, type="resume", afterSeq=seen[-1]["seq"])
     tail = await until(ws, "done")
     assert tail[-1]["stopReason"] == "error"
@@ -152,6 +153,9 @@ async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake
     ws, snapshot = await connect(server, session["conversationId"])
     call = snapshot["messages"][-1]["toolCalls"][0]
     assert call["isError"] is True and call["duration"] is not None
+    # Rebuilt from the event log: the card where it was, closed the same way.
+    parts = snapshot["messages"][-1]["parts"]
+    assert [p["type"] for p in parts] == ["tool"] and parts[0] == {"type": "tool", **call}
     fake_anthropic.enqueue(Reply("ok"))
     await send(ws, type="message", content="again")
     assert (await until(ws, "done"))[-1]["stopReason"] == "end_turn"

@@ -11,9 +11,10 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Mapping
 
-from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactFrame, ArtifactState, ContentChunk,
-                                 ContextCleared, ContextUpdate, Done, ErrorFrame, Pong, SessionFrame,
-                                 ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactFrame, ArtifactState, AttachmentPart,
+                                 ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part, Pong,
+                                 SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd, ToolPart,
+                                 ToolProgress, ToolStart)
 
 CLEAR_LINE = "\r\x1b[2K"
 MAX_RESULTS = 5
@@ -250,18 +251,38 @@ class TurnRenderer:
         return out
 
 
+def attachment_line(part: AttachmentPart, style: Style) -> str:
+    size = f"{part.width}×{part.height}" if part.width and part.height else ""
+    where = part.url or ""
+    return f"  {style.cyan('📎')} {part.filename or part.kind} {style.dim(' '.join(filter(None, (size, where))))}".rstrip()
+
+
+def part_lines(part: Part, style: Style) -> list[str]:
+    """One part of a message as the live turn drew it: text, dimmed thinking, a tool card."""
+    match part:
+        case TextPart(text=text):
+            return [text]
+        case ThinkingPart(text=text):
+            return [style.dim(text)]
+        case ToolPart():
+            return [tool_card(part.name, part.input, style),
+                    tool_summary(part.name, part.output, part.is_error, part.duration, style)]
+        case AttachmentPart():
+            return [attachment_line(part, style)]
+    return []
+
+
 def render_history(session: SessionFrame, style: Style) -> str:
-    """The conversation so far, from a session snapshot (`--conversation`)."""
+    """The conversation so far, from a session snapshot (`--conversation`): each message's
+    parts in the order they happened."""
     lines = [style.bold(session.title)] if session.title else []
     for message in session.messages:
         if message.role == "user":
             lines.append(f"{style.bold('you ›')} {message.content}")
+            lines += [attachment_line(p, style) for p in message.parts if isinstance(p, AttachmentPart)]
             continue
-        for call in message.tool_calls:
-            lines.append(tool_card(call.name, call.input, style))
-            lines.append(tool_summary(call.name, call.output, call.is_error, call.duration, style))
-        if message.content:
-            lines.append(message.content)
+        for part in message.parts:
+            lines += part_lines(part, style)
         if message.status != "complete":
             lines.append(style.yellow(f"({message.status})"))
     if session.artifact is not None:

@@ -2,12 +2,17 @@
 
 The same function builds the reply while it streams (for `session` snapshots) and rebuilds
 it from the event log after a crash, so both always agree on what the user saw.
+
+The reply's parts follow the frames, so a client folding the same frames gets the same
+parts: consecutive `content_chunk`s (or `thinking_chunk`s) extend one part, anything else
+in between starts a new one. Tool cards take their place at `tool_start`, which comes once
+the model call that asked for them is complete.
 """
 
 from __future__ import annotations
 
-from chat_agent.protocol import (ContentChunk, Done, MessageStatus, ServerFrame, StopReason, ThinkingChunk,
-                                 ToolCallRecord, ToolEnd, ToolStart, VisibleMessage)
+from chat_agent.protocol import (ContentChunk, Done, MessageStatus, ServerFrame, StopReason, TextPart, ThinkingChunk,
+                                 ThinkingPart, ToolEnd, ToolPart, ToolStart, VisibleMessage)
 
 _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
@@ -20,19 +25,29 @@ def status_for(stop: StopReason) -> MessageStatus:
 def fold(message: VisibleMessage, frame: ServerFrame) -> None:
     match frame:
         case ContentChunk(content=text):
-            message.content += text
+            _extend(message, TextPart, text)
         case ThinkingChunk(content=text):
-            message.thinking = (message.thinking or "") + text
+            _extend(message, ThinkingPart, text)
         case ToolStart(tool_id=tool_id, name=name, input=tool_input):
-            message.tool_calls.append(ToolCallRecord(tool_id=tool_id, name=name, input=tool_input))
+            message.parts.append(ToolPart(tool_id=tool_id, name=name, input=tool_input))
         case ToolEnd(tool_id=tool_id, output=output, is_error=is_error, duration=duration):
-            for call in message.tool_calls:
-                if call.tool_id == tool_id:
-                    call.output, call.is_error, call.duration = output, is_error, duration
+            for part in message.parts:
+                if isinstance(part, ToolPart) and part.tool_id == tool_id:
+                    part.output, part.is_error, part.duration = output, is_error, duration
         case Done(stop_reason=reason):
             message.status = status_for(reason)
 
 
-def open_tools(message: VisibleMessage) -> list[ToolCallRecord]:
+def _extend(message: VisibleMessage, kind: type[TextPart] | type[ThinkingPart], text: str) -> None:
+    if not text:
+        return
+    last = message.parts[-1] if message.parts else None
+    if isinstance(last, kind):
+        last.text += text
+    else:
+        message.parts.append(kind(text=text))
+
+
+def open_tools(message: VisibleMessage) -> list[ToolPart]:
     """Tool calls that started and have not ended."""
-    return [call for call in message.tool_calls if call.duration is None]
+    return [part for part in message.parts if isinstance(part, ToolPart) and part.duration is None]
