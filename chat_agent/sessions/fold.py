@@ -13,8 +13,13 @@ _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
 
 def status_for(stop: StopReason) -> MessageStatus:
-    """How a reply (and its turn) ended, by the turn's stop reason."""
+    """How a turn ended, by its stop reason."""
     return _STATUS.get(stop, "complete")
+
+
+def reply_status(stop: StopReason) -> MessageStatus:
+    """How a reply ended: as its turn, but a refused one says so (it left the model's history)."""
+    return "refusal" if stop == "refusal" else status_for(stop)
 
 
 def fold(message: VisibleMessage, frame: ServerFrame) -> None:
@@ -30,7 +35,7 @@ def fold(message: VisibleMessage, frame: ServerFrame) -> None:
                 if call.tool_id == tool_id:
                     call.output, call.is_error, call.duration = output, is_error, duration
         case Done(stop_reason=reason):
-            message.status = status_for(reason)
+            message.status = reply_status(reason)
 
 
 def open_tools(message: VisibleMessage) -> list[ToolCallRecord]:
