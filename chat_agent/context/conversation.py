@@ -110,10 +110,13 @@ class ConversationManager:
         """Removes the newest user message and everything after it from the model-facing
         history (the visible one keeps them). False when a summary has already folded that
         message in, or there is none; the history is left as it is then."""
-        at = next((n for n, item in enumerate(self._items) if self._exchange and item.id == self._exchange[0]), None)
-        if at is None or self._exchange is None:
+        if self._exchange is None:
             return False
-        kept, before = self._items[:at], self._exchange[1]
+        item_id, before = self._exchange
+        at = next((n for n, item in enumerate(self._items) if item.id == item_id), None)
+        if at is None:
+            return False
+        kept = self._items[:at]
         if before:  # what this message was merged into stays, as it was
             item = self._items[at]
             head = {"role": "user", "content": _blocks(item.data["content"])[:before]}
