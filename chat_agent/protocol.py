@@ -22,7 +22,8 @@ ErrorCode = Literal[
     "invalid_attachment",  # ours (PROTOCOL.md leaves codes open): an image or document the server refuses
 ]
 StopReason = Literal["end_turn", "aborted", "max_steps", "max_tokens", "refusal", "error"]
-MessageStatus = Literal["complete", "streaming", "aborted", "interrupted", "error"]
+MessageStatus = Literal["complete", "streaming", "aborted", "interrupted", "error",
+                        "refusal"]  # a refused reply: shown, never sent to the model again
 
 
 class Model(BaseModel):
@@ -292,6 +293,8 @@ class Done(ServerFrame):
     message_id: str
     stop_reason: StopReason
     usage: Usage = Field(default_factory=Usage)
+    # 1.1 "Refusals say why": the API's explanation of a refusal, when it gives one.
+    detail: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class ErrorFrame(ServerFrame):

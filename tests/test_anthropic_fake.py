@@ -142,6 +142,89 @@ async def test_non_streaming_returns_full_message(fake, client) -> None:
     assert fake.requests[0]["messages"] == [user("hi")] and fake.requests[0].status == 200
 
 
+# -- odd shapes the real API sends ------------------------------------------------------------------
+
+
+async def sse_events(fake: FakeAnthropic, body: dict[str, Any]) -> list[dict[str, Any]]:
+    response = await post(fake, {**body, "stream": True})
+    assert response.status_code == 200, response.text
+    return [json.loads(f.split("data: ", 1)[1]) for f in response.text.split("\n\n") if f]
+
+
+def deltas(events: list[dict[str, Any]], index: int) -> list[dict[str, Any]]:
+    return [e["delta"] for e in events if e["type"] == "content_block_delta" and e["index"] == index]
+
+
+def stops(events: list[dict[str, Any]]) -> list[int]:
+    return [e["index"] for e in events if e["type"] == "content_block_stop"]
+
+
+async def test_thinking_cut_by_max_tokens_has_no_signature(fake, client) -> None:
+    fake.enqueue(Reply([Thinking("A long thought that never")], cut=True))
+    events = await sse_events(fake, request(thinking=THINKING))
+    assert [d["type"] for d in deltas(events, 0)] == ["thinking_delta"] * 5  # no signature_delta
+    assert events[-2]["delta"]["stop_reason"] == "max_tokens"
+    # Through the SDK the block keeps the empty signature it opened with: the real API refuses it back.
+    fake.enqueue(Reply([Thinking("Cut again")], cut=True))
+    async with client.messages.stream(**request(thinking=THINKING)) as stream:
+        message = await stream.get_final_message()
+    assert (message.content[0].thinking, message.content[0].signature) == ("Cut again", "")
+    with pytest.raises(anthropic.BadRequestError, match="Invalid signature in thinking block"):
+        await client.messages.create(
+            **request(user("q"), assistant(message.to_param()["content"]), user("go on"), thinking=THINKING)
+        )
+
+
+async def test_tool_use_cut_by_max_tokens_never_closes(fake, client) -> None:
+    cut = '{"query": "the start of a long qu'
+    fake.enqueue(Reply([Text("Searching."), ToolUse("web_search", raw_json=cut)], cut=True, chunk_size=7))
+    events = await sse_events(fake, request(tools=[SEARCH]))
+    assert "".join(d["partial_json"] for d in deltas(events, 1)) == cut
+    assert stops(events) == [0]  # as in the SDK's recorded stream: no content_block_stop for the call
+    assert events[-2]["delta"]["stop_reason"] == "max_tokens"
+    fake.enqueue(Reply([ToolUse("web_search", raw_json=cut)], cut=True))
+    async with client.messages.stream(**request(tools=[SEARCH])) as stream:
+        message = await stream.get_final_message()
+    assert message.stop_reason == "max_tokens" and message.content[0].input == {}  # the cut string is left out
+
+
+async def test_invalid_tool_json_breaks_the_sdk_accumulator(fake, client) -> None:
+    broken = '{"query": "paris", "unit": celsius}'
+    fake.enqueue(Reply([ToolUse("web_search", raw_json=broken)], chunk_size=9))
+    events = await sse_events(fake, request(tools=[SEARCH]))
+    assert "".join(d["partial_json"] for d in deltas(events, 0)) == broken
+    assert stops(events) == [0] and events[-2]["delta"]["stop_reason"] == "tool_use"
+    fake.enqueue(Reply([ToolUse("web_search", raw_json=broken)]))
+    with pytest.raises(ValueError, match="Unable to parse tool parameter JSON from model"):
+        async with client.messages.stream(**request(tools=[SEARCH])) as stream:
+            await stream.get_final_message()
+
+
+REFUSAL = {"type": "refusal", "category": "cyber", "explanation": "This request was refused due to policy."}
+
+
+async def test_refusal_explains_itself_in_stop_details(fake, client) -> None:
+    fake.enqueue(Reply([Text("")], stop_reason="refusal", stop_details=REFUSAL))
+    events = await sse_events(fake, request())
+    assert "stop_details" not in events[0]["message"]
+    assert events[-2]["delta"] == {"stop_reason": "refusal", "stop_sequence": None, "stop_details": REFUSAL}
+    fake.enqueue(Reply("No.", stop_reason="refusal", stop_details=REFUSAL))
+    async with client.messages.stream(**request()) as stream:
+        streamed = await stream.get_final_message()
+    fake.enqueue(Reply("No.", stop_reason="refusal", stop_details=REFUSAL))
+    plain = await client.messages.create(**request())
+    for message in (streamed, plain):
+        assert message.stop_reason == "refusal" and message.stop_details.explanation == REFUSAL["explanation"]
+        assert message.stop_details.category == "cyber"
+
+
+async def test_context_window_exceeded_stop_reason(fake, client) -> None:
+    fake.enqueue(Reply("Out of room", stop_reason="model_context_window_exceeded"))
+    async with client.messages.stream(**request()) as stream:
+        message = await stream.get_final_message()
+    assert message.stop_reason == "model_context_window_exceeded" and message.content[0].text == "Out of room"
+
+
 # -- validation ------------------------------------------------------------------------------------
 
 TOOL_USE = {"type": "tool_use", "id": "toolu_01abc", "name": "web_search", "input": {"query": "x"}}

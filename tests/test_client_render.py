@@ -152,6 +152,12 @@ def test_done_shows_stop_reason_and_token_bar_once_per_turn() -> None:
     assert "summarized" not in text_of(render_all(renderer, [chunk("next", 4), done(seq=5)]))
 
 
+def test_a_refusal_shows_its_explanation() -> None:
+    refused = frame("done", 2, messageId="m1", stopReason="refusal", detail="This request was refused due to policy.")
+    pieces = render_all(TurnRenderer(PLAIN), [chunk("I can", 1), refused])
+    assert text_of(pieces) == "I can\n(the model refused) This request was refused due to policy.\n"
+
+
 def test_clear_context_shows_the_new_bar() -> None:
     renderer = TurnRenderer(PLAIN)
     pieces = render_all(renderer, [frame("context_cleared", 7),

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from chat_agent.config import Settings
-from chat_agent.model import AnthropicClient as ModelClient, LLMError, ModelReply, ModelRequest, TextDelta
-from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
+from chat_agent.model import (AnthropicClient as ModelClient, LLMError, ModelReply, ModelRequest, TextDelta,
+                              ThinkingDelta, ToolInputDelta)
+from tests.fakes.anthropic_fake import Fault, Reply, Text, Thinking, ToolUse
 
 
 def client(fake, **kw) -> ModelClient:
@@ -81,3 +82,58 @@ async def test_invalid_history_is_a_readable_error(fake_anthropic):
 
 async def collect_request(model: ModelClient, req: ModelRequest) -> list:
     return [item async for item in model.stream(req)]
+
+
+# ---- shapes the real API sends that a plain accumulation gets wrong -------------------------------
+
+
+def thinking_request() -> ModelRequest:
+    return ModelRequest(model="claude-sonnet-4-6", max_tokens=3000, thinking_budget=1024,
+                        messages=[{"role": "user", "content": "hi"}])
+
+
+async def test_thinking_cut_by_max_tokens_is_shown_but_not_kept(fake_anthropic):
+    model = client(fake_anthropic)
+    fake_anthropic.enqueue(Reply([Thinking("Signed first."), Text("Then"), Thinking("cut short")], cut=True))
+    items = [item async for item in model.stream(thinking_request())]
+    assert "".join(i.text for i in items if isinstance(i, ThinkingDelta)) == "Signed first.cut short"
+    reply = items[-1]
+    assert reply.stop_reason == "max_tokens"
+    assert [b["type"] for b in reply.content] == ["thinking", "text"]  # the unsigned block is not kept
+    assert reply.content[0]["signature"]
+    await model.close()
+
+
+async def test_broken_tool_json_is_reported_and_the_stream_goes_on(fake_anthropic):
+    model = client(fake_anthropic)
+    broken = '{"query": "paris", "unit": celsius}'
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", raw_json=broken), ToolUse("web_search", {"query": "ok"}),
+                                  Text("After.")], chunk_size=4))
+    items = await collect(model)
+    pieces = "".join(i.piece for i in items if isinstance(i, ToolInputDelta) and i.tool_id == items[-1].content[0]["id"])
+    reply = items[-1]
+    assert pieces == broken
+    first, second, text = reply.content
+    assert first["input"] == {} and reply.invalid_calls == {first["id"]: broken}
+    assert second["input"] == {"query": "ok"} and text == {"type": "text", "text": "After."}
+    assert reply.stop_reason == "tool_use" and reply.usage.output_tokens > 1
+    await model.close()
+
+
+async def test_a_closed_call_with_unfinished_json_is_invalid(fake_anthropic):
+    model = client(fake_anthropic)
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", raw_json='{"query": "unfinished')]))
+    reply = (await collect(model))[-1]
+    assert list(reply.invalid_calls.values()) == ['{"query": "unfinished']
+    await model.close()
+
+
+async def test_refusal_detail_comes_from_stop_details(fake_anthropic):
+    model = client(fake_anthropic)
+    details = {"type": "refusal", "category": "cyber", "explanation": "This request was refused due to policy."}
+    fake_anthropic.enqueue(Reply([Text("")], stop_reason="refusal", stop_details=details),
+                           Reply("No.", stop_reason="refusal", stop_details={**details, "explanation": None}))
+    reply = (await collect(model))[-1]
+    assert (reply.stop_reason, reply.stop_detail, reply.content) == ("refusal", details["explanation"], [])
+    assert (await model.call(request())).stop_detail is None
+    await model.close()

@@ -17,7 +17,7 @@ from chat_agent.agent.loop import CANCELLED_RESULT, FAILED_NOTE, STOPPED_NOTE, A
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.context.tokens import TokenCounter
-from chat_agent.model import LLMError, ModelReply, TextDelta
+from chat_agent.model import LLMError, ModelReply, TextDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 from chat_agent.store import CreateConversation
 from chat_agent.tooling import ToolRegistry
@@ -274,4 +274,101 @@ async def test_pause_turn_continues_without_running_tools(conv):
 async def test_pause_turn_history_alternates(conv):
     agent = make_agent(paused_script(), echo)
     await drive(agent, conv, ask(agent, conv, "Search"))
+    assert_valid(conv.messages)
+
+
+# ---- replies the real API sends that must not break the next call --------------------------------
+
+
+def recording_tool(calls: list[dict]):
+    @tool
+    async def write(content: str) -> str:
+        """Writes the content."""
+        calls.append({"content": content})
+        return "written"
+
+    return write
+
+
+async def test_a_call_cut_by_max_tokens_is_closed_and_left_out_of_the_history(conv):
+    ran: list[dict] = []
+    cut = [TextDelta("Writing it."), ToolInputDelta("t1", "write", '{"content": "half a po'),
+           ModelReply([{"type": "text", "text": "Writing it."}, call("t1", "write")], "max_tokens", usage())]
+    agent = make_agent([cut, text_reply("Shorter then.")], recording_tool(ran))
+    events = await drive(agent, conv, ask(agent, conv, "Write a long poem"))
+    started, ended = of(ToolStarted, events), of(ToolEnded, events)
+    assert [(s.tool_id, s.name, s.input) for s in started] == [("t1", "write", {})]
+    assert [(e.tool_id, e.is_error) for e in ended] == [("t1", True)]
+    assert "ran out of output tokens" in ended[0].output and not ran
+    kinds = [type(e) for e in events]
+    assert kinds.index(ToolStarted) < kinds.index(ToolEnded) < kinds.index(ContextChanged)
+    assert events[-1].stop_reason == "max_tokens"
+    assert conv.messages[-1] == {"role": "assistant", "content": [
+        {"type": "text", "text": "Writing it."},
+        {"type": "text", "text": "[The call to write was not run: the model ran out of output tokens before it "
+                                 "finished writing this call.]"}]}
+    await drive(agent, conv, ask(agent, conv, "Go on"))
+    assert_requests_valid(agent.model)
+    assert_valid(conv.messages)
+
+
+async def test_a_call_with_invalid_json_is_an_error_the_model_sees(conv):
+    ran: list[dict] = []
+    broken = '{"content": oops}'
+    script = [[ToolInputDelta("t1", "write", broken),
+               ModelReply([call("t1", "write")], "tool_use", usage(), invalid_calls={"t1": broken})],
+              tool_reply(call("t2", "write", content="fixed")),
+              text_reply("Written.")]
+    agent = make_agent(script, recording_tool(ran))
+    events = await drive(agent, conv, ask(agent, conv, "Write"))
+    first = next(e for e in of(ToolEnded, events) if e.tool_id == "t1")
+    assert first.is_error and "not valid JSON" in first.output and broken in first.output
+    assert ran == [{"content": "fixed"}]  # only the retried call ran
+    second = without_cache_marks(agent.model.requests[1].messages)
+    assert second[-2] == {"role": "assistant", "content": [call("t1", "write")]}
+    [result] = second[-1]["content"]
+    assert result["tool_use_id"] == "t1" and result["is_error"] and broken in result["content"]
+    assert events[-1].stop_reason == "end_turn"
+    assert_requests_valid(agent.model)
+    assert_valid(conv.messages)
+
+
+REFUSED = ModelReply([{"type": "text", "text": "I can't"}], "refusal", usage(20, 2), stop_detail="Policy.")
+
+
+async def test_a_refused_exchange_leaves_the_model_history(conv):
+    agent = make_agent([text_reply("Hello."), [TextDelta("I can't"), REFUSED], text_reply("Sure.")])
+    await drive(agent, conv, ask(agent, conv, "Hi"))
+    kept = [dict(m) for m in conv.messages]
+    events = await drive(agent, conv, ask(agent, conv, "Something refused"))
+    assert events[-1] == TurnFinished("refusal", Usage(input_tokens=20, output_tokens=2), "Policy.")
+    assert conv.messages == kept
+    await drive(agent, conv, ask(agent, conv, "Something else"))
+    third = without_cache_marks(agent.model.requests[2].messages)
+    assert [b["text"] for m in third for b in m["content"]] == ["Hi", "Hello.", "Something else"]
+    assert_requests_valid(agent.model)
+
+
+async def test_a_refusal_after_tools_drops_the_whole_exchange(db, conv):
+    agent = make_agent([tool_reply(call("t1", "echo", text="x")), [REFUSED], text_reply("Fine.")], echo)
+    await drive(agent, conv, ask(agent, conv, "Use a tool, then get refused"))
+    assert conv.messages == []
+    await db[1].flush()  # what a restart would load agrees
+    assert await db[0].load_history(OWNER, CONV, "model") == []
+    await drive(agent, conv, ask(agent, conv, "Next"))
+    assert without_cache_marks(agent.model.requests[2].messages) == [
+        {"role": "user", "content": [{"type": "text", "text": "Next"}]}]
+
+
+async def test_a_refusal_keeps_what_its_message_was_merged_into(conv):
+    """Tool results an aborted turn left stay: without them the call before has no answer."""
+    agent = make_agent([tool_reply(call("t1", "stall", seconds=60)), [REFUSED], text_reply("Ok.")],
+                       stalling_tool([]))
+    await interrupt(agent, conv, ask(agent, conv, "Stall"), lambda e: isinstance(e, ToolStarted), "cancel")
+    left = [dict(m) for m in conv.messages]
+    assert left[-1]["role"] == "user"  # the cancelled call's result, waiting for the next message
+    await drive(agent, conv, ask(agent, conv, "Refuse me"))
+    assert conv.messages == left
+    await drive(agent, conv, ask(agent, conv, "Then this"))
+    assert_requests_valid(agent.model)
     assert_valid(conv.messages)

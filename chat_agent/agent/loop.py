@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 STOPPED_NOTE = "[The user stopped this reply here.]"
 FAILED_NOTE = "[This reply was cut off by an error.]"
 CANCELLED_RESULT = "Cancelled: the user stopped the turn before this tool finished."
+INVALID_JSON_RESULT = ("Not run: the input of this call was not valid JSON. Write the call again with valid JSON. "
+                       "What was written: {raw}")
+INVALID_JSON_SHOWN = 2000  # characters of the broken JSON quoted back to the model
+# Why a call in a reply that did not stop for tool use was not run, by the API's stop reason.
+_NOT_RUN = {
+    "max_tokens": "the model ran out of output tokens before it finished writing this call",
+    "model_context_window_exceeded": "the conversation reached the model's context window before the model "
+                                     "finished writing this call",
+}
 _STOP_REASONS = {"end_turn": "end_turn", "stop_sequence": "end_turn", "max_tokens": "max_tokens",
                  "model_context_window_exceeded": "max_tokens", "refusal": "refusal"}
 
@@ -62,6 +71,7 @@ class Turn:
     start: int = 0  # where this turn's messages begin in the history (set by run_turn)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
     usage: Usage = field(default_factory=Usage)
+    detail: str | None = None  # why the model stopped, when the API says (a refusal's explanation)
 
 
 async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
@@ -81,8 +91,17 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
             yield TurnFinished("error", turn.usage)
             return
         turn.usage.add(reply.usage)
-        calls = _keep_reply(conv, reply)
+        if reply.stop_reason == "refusal":
+            # A refused exchange sent again invites more refusals: the model never sees it again.
+            conv.forget_exchange()
+            turn.detail = reply.stop_detail
+            yield ContextChanged(conv.tokens, conv.max_tokens)
+            yield TurnFinished("refusal", turn.usage, turn.detail)
+            return
+        calls, unfinished = _keep_reply(conv, reply)
         try:
+            for event in _not_run(unfinished, reply.stop_reason):
+                yield event
             yield ContextChanged(conv.tokens, conv.max_tokens)
         except BaseException:  # stopped before the tools started: their calls still need results
             if calls:
@@ -93,7 +112,7 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
         if reply.stop_reason != "tool_use" or not calls:
             yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), turn.usage)
             return
-        async with aclosing(_run_tools(agent, conv, turn, calls)) as tool_events:
+        async with aclosing(_run_tools(agent, conv, turn, calls, reply.invalid_calls)) as tool_events:
             async for event in tool_events:
                 yield event
     yield TurnFinished("max_steps", turn.usage)
@@ -149,21 +168,46 @@ async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn) -> As
         raise
 
 
-def _keep_reply(conv: ConversationManager, reply: ModelReply) -> list[dict[str, Any]]:
-    """Adds the reply to the history and returns the tool calls to run. A reply cut by
-    max_tokens may hold an unfinished tool_use: it is dropped, as it cannot be run."""
-    content = reply.content
+def _keep_reply(conv: ConversationManager, reply: ModelReply) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Adds the reply to the history; returns the tool calls to run and those that cannot.
+    Only a reply that stopped for tool use has finished calls: in any other (one cut by
+    max_tokens) a call was not finished, so it leaves the history for a note saying so."""
+    content, unfinished = reply.content, []
     if reply.stop_reason != "tool_use":
+        unfinished = [b for b in content if b["type"] == "tool_use"]
         content = [b for b in content if b["type"] != "tool_use"]
+        content += [{"type": "text", "text": f"[The call to {c['name']} was not run: "
+                                             f"{_why_not_run(reply.stop_reason)}.]"} for c in unfinished]
     if not any(b["type"] in ("text", "tool_use") for b in content):
         content = [*content, {"type": "text", "text": "[No reply.]"}]
     conv.add_assistant(content, reply.usage)
-    return [b for b in content if b["type"] == "tool_use"]
+    return [b for b in content if b["type"] == "tool_use"], unfinished
 
 
-async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
-                     calls: list[dict[str, Any]]) -> AsyncIterator[Event]:
-    """Runs all calls of one reply concurrently, streaming their progress as it comes."""
+def _why_not_run(stop_reason: str) -> str:
+    return _NOT_RUN.get(stop_reason, f"the model stopped ({stop_reason}) before it finished writing this call")
+
+
+def _not_run(calls: list[dict[str, Any]], stop_reason: str) -> list[Event]:
+    """Cards for calls that were streamed (maybe as artifact text) but never finished: the
+    client learns that nothing of them was applied."""
+    output = f"Not run: {_why_not_run(stop_reason)}; what was streamed for it was discarded."
+    events: list[Event] = []
+    for call in calls:
+        events += [ToolStarted(call["id"], call["name"], {}), ToolEnded(call["id"], call["name"], output, 0.0, True)]
+    return events
+
+
+def _invalid_result(raw: str) -> ToolResult:
+    shown = raw if len(raw) <= INVALID_JSON_SHOWN else raw[:INVALID_JSON_SHOWN] + "…"
+    message = INVALID_JSON_RESULT.format(raw=shown)
+    return ToolResult(content=message, output=message, is_error=True)
+
+
+async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls: list[dict[str, Any]],
+                     invalid: dict[str, str]) -> AsyncIterator[Event]:
+    """Runs all calls of one reply concurrently, streaming their progress as it comes; a call
+    whose input was not valid JSON does not run, its result tells the model so."""
     events: asyncio.Queue[Event] = asyncio.Queue()
     results: dict[str, ToolResult] = {}
 
@@ -173,9 +217,12 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn,
     async def run(call: dict[str, Any]) -> None:
         started = time.monotonic()
         try:
-            result = await agent.registry.run(call["id"], call["name"], call["input"], owner=turn.owner,
-                                              conversation_id=turn.conversation_id, on_progress=on_progress,
-                                              services=turn.services)
+            if call["id"] in invalid:
+                result = _invalid_result(invalid[call["id"]])
+            else:
+                    result = await agent.registry.run(call["id"], call["name"], call["input"], owner=turn.owner,
+                                                  conversation_id=turn.conversation_id, on_progress=on_progress,
+                                                  services=turn.services)
         except Exception:  # the registry reports tool failures itself; this is a bug in it
             log.exception("tool registry failed on %s", call["name"])
             result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)

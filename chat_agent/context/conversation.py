@@ -39,7 +39,10 @@ class ConversationManager:
         self.max_tokens = max_tokens
         self._history_tokens = sum(item.tokens for item in self._items)
         self._chars = sum(item.chars for item in self._items)
-        self.epoch = 0  # bumped whenever the history loses messages (summary, clear)
+        self.epoch = 0  # bumped whenever the history loses messages (summary, clear, a refusal)
+        # Where the newest user message began: its history item and how many blocks of that
+        # item came before it (tool results an aborted turn left, which it was merged into).
+        self._exchange: tuple[str, int] | None = None
         # Tokens the request carries besides the history (system prompt, tool schemas) plus
         # the estimator's error; re-measured from the API's own count after every call.
         self._overhead = 0
@@ -91,13 +94,38 @@ class ConversationManager:
     def add_user(self, content: str | list[dict[str, Any]]) -> None:
         """A user message; merged into a trailing user message (e.g. tool results left by an
         aborted turn) because the API wants roles to alternate."""
-        blocks = _blocks(content)
+        self._add_user_blocks(_blocks(content))
+        last = self._items[-1]
+        self._exchange = (last.id, len(_blocks(last.data["content"])) - len(_blocks(content)))
+
+    def _add_user_blocks(self, blocks: list[dict[str, Any]]) -> None:
         if self.messages and self.messages[-1]["role"] == "user":
             last = self._items[-1]
             merged = {"role": "user", "content": _blocks(last.data["content"]) + blocks}
             self._replace_last(merged, tokens=last.tokens + self._counter.content(blocks))
             return
         self._append({"role": "user", "content": blocks}, self._counter.content(blocks))
+
+    def forget_exchange(self) -> bool:
+        """Removes the newest user message and everything after it from the model-facing
+        history (the visible one keeps them). False when a summary has already folded that
+        message in, or there is none; the history is left as it is then."""
+        if self._exchange is None:
+            return False
+        item_id, before = self._exchange
+        at = next((n for n, item in enumerate(self._items) if item.id == item_id), None)
+        if at is None:
+            return False
+        kept = self._items[:at]
+        if before:  # what this message was merged into stays, as it was
+            item = self._items[at]
+            head = {"role": "user", "content": _blocks(item.data["content"])[:before]}
+            kept.append(HistoryItem(id=item.id, data=head, tokens=self._counter.message(head),
+                                    chars=content_chars(head["content"])))
+        self._exchange = None
+        self._reset(kept)
+        self.epoch += 1
+        return True
 
     def add_assistant(self, content: list[dict[str, Any]], usage: Usage | None = None) -> None:
         """A model reply. With the API's usage, the reply costs exactly its output tokens and
@@ -137,7 +165,7 @@ class ConversationManager:
 
     def add_tool_results(self, results: list[dict[str, Any]], note: str | None = None) -> None:
         blocks = results + ([{"type": "text", "text": note}] if note else [])
-        self.add_user(blocks)
+        self._add_user_blocks(blocks)
 
     def _append(self, message: dict[str, Any], tokens: int) -> None:
         item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=content_chars(message["content"]))

@@ -10,38 +10,14 @@ from typing import Any, AsyncIterator
 import anthropic
 
 from chat_agent.config import Settings
-from chat_agent.model.types import (LLMError, ModelReply, ModelRequest, StreamItem, TextDelta, ThinkingDelta,
-                                    ToolInputDelta)
-from chat_agent.protocol import Usage
+from chat_agent.model.accumulate import ReplyAccumulator, reply_of
+from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 
 log = logging.getLogger(__name__)
 
 FAIR_SLICE = 0.005  # seconds one stream may run before letting other tasks in
 # Errors the API reports that are worth another try of the same request.
 _RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
-
-
-def _usage(usage: Any) -> Usage:
-    return Usage(
-        input_tokens=usage.input_tokens or 0,
-        output_tokens=usage.output_tokens or 0,
-        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
-        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
-    )
-
-
-def _block_json(block: Any) -> dict[str, Any] | None:
-    """The history form of a response block; text left empty is dropped (the API rejects it)."""
-    kind = block.type
-    if kind == "text":
-        return {"type": "text", "text": block.text} if block.text else None
-    if kind == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input or {}}
-    if kind == "thinking":
-        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
-    if kind == "redacted_thinking":
-        return {"type": "redacted_thinking", "data": block.data}
-    return block.model_dump(mode="json", exclude_none=True)
 
 
 def _error_detail(exc: anthropic.APIStatusError) -> tuple[str, str]:
@@ -118,32 +94,25 @@ class AnthropicClient:
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         loop = asyncio.get_running_loop()
+        accumulator = ReplyAccumulator()
         try:
-            async with self._client.messages.stream(**request.params()) as stream:
+            # The raw events, so that one tool call with broken JSON does not end the stream
+            # (the SDK's MessageStream raises there); the SDK still accumulates the message.
+            async with await self._client.messages.create(**request.params(), stream=True) as events:
                 pause_at = loop.time() + FAIR_SLICE
-                tool: tuple[str, str] = ("", "")  # the tool_use block being written: id, name
-                async for event in stream:
-                    kind = event.type
-                    if kind == "text":
-                        yield TextDelta(event.text)
-                    elif kind == "thinking":
-                        yield ThinkingDelta(event.thinking)
-                    elif kind == "input_json":
-                        if event.partial_json:
-                            yield ToolInputDelta(tool[0], tool[1], event.partial_json)
-                    elif kind == "content_block_start" and event.content_block.type == "tool_use":
-                        tool = (event.content_block.id, event.content_block.name)
+                async for event in events:
+                    for item in accumulator.feed(event):
+                        yield item
                     if loop.time() >= pause_at:
                         # With data already buffered the SDK never awaits anything real, so a
                         # fast stream would hold the event loop (and every other client,
                         # and abort) for as long as it lasts.
                         await asyncio.sleep(0)
                         pause_at = loop.time() + FAIR_SLICE
-                message = await stream.get_final_message()
+            reply = accumulator.reply()
         except Exception as exc:  # cancellation is a BaseException and passes through
             raise translate_error(exc) from exc
-        content = [b for b in map(_block_json, message.content) if b is not None]
-        yield ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
+        yield reply
 
     async def call(self, request: ModelRequest) -> ModelReply:
         """A plain (not streamed) call for background work: summaries, titles, reflection."""
@@ -151,8 +120,7 @@ class AnthropicClient:
             message = await self._client.messages.create(**request.params())
         except Exception as exc:
             raise translate_error(exc) from exc
-        content = [b for b in map(_block_json, message.content) if b is not None]
-        return ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
+        return reply_of(message)
 
     async def complete(self, request: ModelRequest) -> str:
         """A plain call; returns its text."""

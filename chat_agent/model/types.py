@@ -61,6 +61,10 @@ class ModelReply:
     content: list[dict[str, Any]]
     stop_reason: str
     usage: Usage
+    # tool_use id -> the JSON the model wrote for it, which is not valid JSON: the call is in
+    # `content` with an empty input and must not run (its result tells the model why).
+    invalid_calls: dict[str, str] = field(default_factory=dict)
+    stop_detail: str | None = None  # the API's explanation of a refusal, when it gives one
 
 
 StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, ModelReply]

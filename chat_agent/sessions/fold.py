@@ -18,8 +18,13 @@ _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
 
 def status_for(stop: StopReason) -> MessageStatus:
-    """How a reply (and its turn) ended, by the turn's stop reason."""
+    """How a turn ended, by its stop reason."""
     return _STATUS.get(stop, "complete")
+
+
+def reply_status(stop: StopReason) -> MessageStatus:
+    """How a reply ended: as its turn, but a refused one says so (it left the model's history)."""
+    return "refusal" if stop == "refusal" else status_for(stop)
 
 
 def fold(message: VisibleMessage, frame: ServerFrame) -> None:
@@ -35,7 +40,7 @@ def fold(message: VisibleMessage, frame: ServerFrame) -> None:
                 if isinstance(part, ToolPart) and part.tool_id == tool_id:
                     part.output, part.is_error, part.duration = output, is_error, duration
         case Done(stop_reason=reason):
-            message.status = status_for(reason)
+            message.status = reply_status(reason)
 
 
 def _extend(message: VisibleMessage, kind: type[TextPart] | type[ThinkingPart], text: str) -> None:

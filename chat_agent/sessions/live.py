@@ -19,7 +19,7 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.ids import new_id
 from chat_agent.protocol import (ArtifactFrame, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
                                  ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
-from chat_agent.sessions.fold import fold, open_tools, status_for
+from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
 from chat_agent.sessions.runner import drive
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, StoreWriter, TurnRecord)
@@ -145,7 +145,7 @@ class LiveConversation:
 
     async def _run(self, agent: Agent, turn: Turn, message_id: str) -> StopReason:
         stop = await drive(agent, self.manager, turn, message_id, self.publish)
-        self._close(stop, turn.usage)
+        self._close(stop, turn.usage, turn.detail)
         return stop
 
     def _ended(self, task: asyncio.Task[StopReason], usage: Usage) -> None:
@@ -153,13 +153,13 @@ class LiveConversation:
         if self._task is task:
             self._close("aborted", usage)
 
-    def _close(self, stop: StopReason, usage: Usage) -> None:
+    def _close(self, stop: StopReason, usage: Usage, detail: str | None = None) -> None:
         self._task = None
         if stop in ("aborted", "error"):
             # The loop keeps the history valid itself; this covers a stop it never saw
             # (e.g. between steps) and does nothing when the history already ends well.
             self.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)
-        self.finish(stop, usage)
+        self.finish(stop, usage, detail=detail)
 
     def adopt(self, record: TurnRecord, reply: VisibleMessage) -> None:
         """Takes over a turn that a crashed process left running, with its reply as the event
@@ -169,7 +169,7 @@ class LiveConversation:
         now = time.monotonic()
         self._tool_started = {call.tool_id: now for call in open_tools(reply)}
 
-    def finish(self, stop: StopReason, usage: Usage, *, status: str | None = None) -> None:
+    def finish(self, stop: StopReason, usage: Usage, *, status: str | None = None, detail: str | None = None) -> None:
         """Closes open tool cards, stores the reply and publishes `done`. Synchronous, so
         nothing can interleave between the reply leaving the turn and the history."""
         reply = self._reply
@@ -179,12 +179,12 @@ class LiveConversation:
             started = self._tool_started.get(call.tool_id, now)
             self.publish(ToolEnd(tool_id=call.tool_id, name=call.name, output="Cancelled before it finished.",
                                  duration=round(now - started, 3), is_error=True))
+        reply.status = status or reply_status(stop)
         status = status or status_for(stop)
-        reply.status = status
         self.manager.replace_visible(reply)
         finish = FinishTurn(self.owner, self.id, self._turn_id, status, stop, usage.model_dump(by_alias=True),
                             time.time())
-        self.publish(Done(message_id=reply.id, stop_reason=stop, usage=usage), [finish])
+        self.publish(Done(message_id=reply.id, stop_reason=stop, usage=usage, detail=detail), [finish])
         self._reply = None
         self._turn_id = None
         self._tool_started.clear()

@@ -4,8 +4,13 @@
         client = anthropic.AsyncAnthropic(base_url=fake.base_url, api_key=fake.api_key)
         fake.enqueue(Reply([Text("Hello"), ToolUse("web_search", {"query": "x"})]))
 
-It validates requests like the real API (400s with its wording), streams SSE exactly as
-the real API does, injects faults per reply, and logs every request. With nothing
+It validates requests like the real API (400s with its wording; thinking it did not sign,
+or signed for other text, included), streams SSE exactly as the real API does, injects
+faults per reply, and logs every request. Odd replies the real API sends can be scripted:
+`Reply(..., cut=True)` (the output limit strikes in the last block: thinking without a
+signature, a tool call without `content_block_stop`), `ToolUse(name, raw_json="{broken")`,
+`Reply(..., stop_reason="refusal", stop_details={...})`, and
+`stop_reason="model_context_window_exceeded"`. With nothing
 scripted it answers from the last user message (see `anthropic_default`).
 
 Standalone: `python -m tests.fakes.anthropic_fake --port 0` prints its base URL and serves.

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens", "refusal", "pause_turn", "stop_sequence",
+                     "model_context_window_exceeded"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class ToolUse:
     name: str
     input: dict[str, Any] = field(default_factory=dict)
     id: str | None = None  # None: the server mints a fresh `toolu_...` id per reply
+    # Streamed as the model wrote it instead of `input` as JSON: JSON that is broken (the
+    # model does write such) or cut off (with `Reply(cut=True)`). A non-streamed reply has `input`.
+    raw_json: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,13 @@ class Reply:
     delay: float = 0.0  # seconds between SSE events
     hang_after_events: int | None = None  # stop sending and wait for the client to leave
     model: str | None = None  # None: echo the request's model
+    # The output limit struck inside the last block: a thinking block gets no signature
+    # (no `signature_delta`), a tool_use block no `content_block_stop`. Stops with
+    # `max_tokens` unless `stop_reason` says otherwise (`model_context_window_exceeded`).
+    cut: bool = False
+    # `stop_details` of `message_delta` and the Message, as the API explains a refusal:
+    # {"type": "refusal", "category": "cyber" | ... | None, "explanation": str | None}.
+    stop_details: dict[str, Any] | None = None
 
     @property
     def blocks(self) -> list[Block]:
@@ -65,6 +76,8 @@ class Reply:
     def final_stop_reason(self) -> StopReason:
         if self.stop_reason is not None:
             return self.stop_reason
+        if self.cut:
+            return "max_tokens"
         return "tool_use" if any(isinstance(b, ToolUse) for b in self.blocks) else "end_turn"
 
 

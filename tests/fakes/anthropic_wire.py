@@ -31,17 +31,19 @@ def dumps(data: Any) -> str:
 
 def materialize(reply: Reply, signer: Signer) -> list[dict[str, Any]]:
     """The Message `content` list for this reply, with fresh ids and server-issued signatures."""
-    return [_block_json(block, signer) for block in reply.blocks]
+    last = len(reply.blocks) - 1
+    return [_block_json(block, signer, cut=reply.cut and n == last) for n, block in enumerate(reply.blocks)]
 
 
-def _block_json(block: Block, signer: Signer) -> dict[str, Any]:
+def _block_json(block: Block, signer: Signer, *, cut: bool = False) -> dict[str, Any]:
     match block:
         case Text(text):
             return {"type": "text", "text": text}
         case ToolUse(name, tool_input, block_id):
             return {"type": "tool_use", "id": block_id or new_id("toolu_01"), "name": name, "input": tool_input}
         case Thinking(thinking, signature):
-            sig = signature if signature is not None else signer.sign(thinking)
+            # Thinking cut by the output limit is never signed: the signature comes last.
+            sig = "" if cut else signature if signature is not None else signer.sign(thinking)
             return {"type": "thinking", "thinking": thinking, "signature": sig}
         case RedactedThinking(data):
             return {"type": "redacted_thinking", "data": data or signer.redacted_data()}
@@ -71,7 +73,7 @@ PING = SSE("ping", {"type": "ping"})
 
 
 def message_json(message_id: str, model: str, content: list[dict[str, Any]], reply: Reply, usage: dict) -> dict:
-    return {
+    message = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
@@ -81,20 +83,28 @@ def message_json(message_id: str, model: str, content: list[dict[str, Any]], rep
         "stop_sequence": reply.stop_sequence,
         "usage": usage,
     }
+    if reply.stop_details is not None:
+        message["stop_details"] = reply.stop_details
+    return message
 
 
 def stream_events(message: dict[str, Any], reply: Reply) -> list[SSE]:
     """The SSE events the real API would send for `message`, pings included."""
     start_usage = {**message["usage"], "output_tokens": 1}
     start = {**message, "content": [], "stop_reason": None, "stop_sequence": None, "usage": start_usage}
+    start.pop("stop_details", None)  # known only at the end
     events = [SSE("message_start", {"type": "message_start", "message": start})]
+    blocks, last = reply.blocks, len(reply.blocks) - 1
     for index, block in enumerate(message["content"]):
-        events += _block_events(index, block, reply.chunk_size)
+        raw = blocks[index].raw_json if isinstance(blocks[index], ToolUse) else None
+        events += _block_events(index, block, reply.chunk_size, raw_json=raw, cut=reply.cut and index == last)
         if index == 0:
             events.insert(2, PING)  # the real API pings right after the first block opens
     events = _interleave_pings(events)
     usage = {k: v for k, v in message["usage"].items() if k != "cache_creation" and k != "service_tier"}
     delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    if "stop_details" in message:
+        delta["stop_details"] = message["stop_details"]
     events.append(SSE("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}))
     events.append(SSE("message_stop", {"type": "message_stop"}))
     return events
@@ -109,7 +119,12 @@ def _interleave_pings(events: list[SSE]) -> list[SSE]:
     return out
 
 
-def _block_events(index: int, block: dict[str, Any], chunk_size: int | None) -> list[SSE]:
+def _block_events(
+    index: int, block: dict[str, Any], chunk_size: int | None, *, raw_json: str | None = None, cut: bool = False
+) -> list[SSE]:
+    """A block's start, deltas and stop. `raw_json` streams instead of the input's JSON; a
+    `cut` block ends where the output limit struck (see `Reply.cut`)."""
+
     def delta(d: dict[str, Any]) -> SSE:
         return SSE("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
 
@@ -120,16 +135,20 @@ def _block_events(index: int, block: dict[str, Any], chunk_size: int | None) -> 
         deltas = [delta({"type": "text_delta", "text": p}) for p in split_text(block["text"], chunk_size)]
     elif kind == "tool_use":
         opening = {**block, "input": {}}
-        deltas = [delta({"type": "input_json_delta", "partial_json": p}) for p in _json_pieces(block, chunk_size)]
+        pieces = _json_pieces(block, chunk_size, raw_json)
+        deltas = [delta({"type": "input_json_delta", "partial_json": p}) for p in pieces]
     elif kind == "thinking":
         opening = {"type": "thinking", "thinking": "", "signature": ""}
         pieces = split_text(block["thinking"], chunk_size)
         deltas = [delta({"type": "thinking_delta", "thinking": p}) for p in pieces]
-        deltas.append(delta({"type": "signature_delta", "signature": block["signature"]}))
+        if not cut:
+            deltas.append(delta({"type": "signature_delta", "signature": block["signature"]}))
     else:
         opening = block  # redacted_thinking arrives whole in its start event
     start = SSE("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
     stop = SSE("content_block_stop", {"type": "content_block_stop", "index": index})
+    if cut and kind == "tool_use":
+        return [start, *deltas]  # as the API does when the limit strikes inside a call's JSON
     return [start, *deltas, stop]
 
 
@@ -144,11 +163,11 @@ def split_text(text: str, chunk_size: int | None) -> list[str]:
     return [p for p in pieces if p] or [""]
 
 
-def _json_pieces(block: dict[str, Any], chunk_size: int | None) -> list[str]:
+def _json_pieces(block: dict[str, Any], chunk_size: int | None, raw_json: str | None = None) -> list[str]:
     """The real API opens with an empty piece, then cuts the JSON anywhere, mid-string included."""
-    if not block["input"]:
+    if raw_json is None and not block["input"]:
         return [""]  # a tool with no arguments streams no JSON at all; the SDK keeps `{}`
-    text = json.dumps(block["input"], ensure_ascii=False)
+    text = raw_json if raw_json is not None else json.dumps(block["input"], ensure_ascii=False)
     if chunk_size:
         return [""] + [text[i : i + chunk_size] for i in range(0, len(text), chunk_size)]
     rng = random.Random(block["id"])  # irregular but reproducible for a given id

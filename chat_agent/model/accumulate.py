@@ -1,0 +1,125 @@
+"""A streamed Messages API reply, event by event, into deltas and one `ModelReply`.
+
+The SDK's own accumulator builds the message; we only step in where it gives up. Its
+`accumulate_event` raises ValueError on a tool call whose JSON the model wrote broken,
+which would end the whole stream: that one block's JSON is then kept here instead, and the
+reply reports the call as invalid so the loop can tell the model rather than fail the turn.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from anthropic.lib.streaming._messages import accumulate_event  # the SDK's accumulator (SDK >= 2.0)
+
+from chat_agent.model.types import ModelReply, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
+from chat_agent.protocol import Usage
+
+
+def usage_of(usage: Any) -> Usage:
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+        cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+    )
+
+
+def block_json(block: Any) -> dict[str, Any] | None:
+    """The history form of a response block, or None for one the API would refuse back:
+    empty text, and thinking without a signature (cut off by the output limit)."""
+    kind = block.type
+    if kind == "text":
+        return {"type": "text", "text": block.text} if block.text else None
+    if kind == "tool_use":
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input or {}}
+    if kind == "thinking":
+        if not block.signature:
+            return None
+        return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.data}
+    return block.model_dump(mode="json", exclude_none=True)
+
+
+def refusal_detail(message: Any) -> str | None:
+    """The API's explanation of a refusal (`stop_details.explanation`), when it gives one."""
+    details = getattr(message, "stop_details", None)
+    explanation = getattr(details, "explanation", None)
+    return explanation if isinstance(explanation, str) and explanation.strip() else None
+
+
+def reply_of(message: Any, invalid: dict[str, str] | None = None) -> ModelReply:
+    """A finished Message as a ModelReply; `invalid` maps tool_use ids to the broken JSON."""
+    invalid = invalid or {}
+    content = []
+    for block in message.content:
+        data = block_json(block)
+        if data is not None and data["type"] == "tool_use" and data["id"] in invalid:
+            data["input"] = {}  # what the model wrote cannot be sent back; the result says so
+        if data is not None:
+            content.append(data)
+    return ModelReply(content, message.stop_reason or "end_turn", usage_of(message.usage), invalid_calls=dict(invalid),
+                      stop_detail=refusal_detail(message))
+
+
+class ReplyAccumulator:
+    """Feed it the raw stream events in order; it returns the deltas to yield for each."""
+
+    def __init__(self) -> None:
+        self.message: Any = None  # the SDK's snapshot of the message so far
+        self._bufs: dict[int, bytes] = {}  # the SDK's own partial-JSON buffers
+        self._tools: dict[int, tuple[str, str]] = {}  # block index -> (id, name) of each tool_use
+        self._raw: dict[int, list[str]] = {}  # block index -> the JSON pieces as written
+        self._broken: set[int] = set()  # blocks whose JSON the SDK could not parse
+
+    def feed(self, event: Any) -> list[StreamItem]:
+        if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+            return self._tool_input(event)
+        if self.message is None and event.type != "message_start":
+            return []  # pings and the like before the message starts, as the SDK skips them
+        self.message = accumulate_event(event=event, current_snapshot=self.message, json_bufs=self._bufs)
+        if event.type == "content_block_start" and event.content_block.type == "tool_use":
+            self._tools[event.index] = (event.content_block.id, event.content_block.name)
+            self._raw[event.index] = []
+        elif event.type == "content_block_stop" and event.index in self._tools:
+            self._check_complete(event.index)
+        elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+            return [TextDelta(event.delta.text)]
+        elif event.type == "content_block_delta" and event.delta.type == "thinking_delta":
+            return [ThinkingDelta(event.delta.thinking)]
+        return []
+
+    def _tool_input(self, event: Any) -> list[StreamItem]:
+        index, piece = event.index, event.delta.partial_json
+        if index in self._raw:
+            self._raw[index].append(piece)
+        if self.message is not None and index not in self._broken:
+            try:
+                self.message = accumulate_event(event=event, current_snapshot=self.message, json_bufs=self._bufs)
+            except ValueError:
+                # Later pieces must not reach the SDK either: appended to its buffer without
+                # the rejected piece, they could parse into an input the model never wrote.
+                self._broken.add(index)
+        if not piece or index not in self._tools:
+            return []
+        tool_id, name = self._tools[index]
+        return [ToolInputDelta(tool_id, name, piece)]
+
+    def _check_complete(self, index: int) -> None:
+        # The SDK parses in partial mode, so JSON that simply stops short passes it; a block
+        # that is closed must hold one whole JSON value.
+        raw = "".join(self._raw[index])
+        if not raw:
+            return  # a call without arguments streams no JSON; its input is {}
+        try:
+            json.loads(raw)
+        except ValueError:
+            self._broken.add(index)
+
+    def reply(self) -> ModelReply:
+        if self.message is None:
+            raise ValueError("the stream ended before message_start")
+        invalid = {self._tools[i][0]: "".join(self._raw[i]) for i in self._broken if i in self._tools}
+        return reply_of(self.message, invalid)
