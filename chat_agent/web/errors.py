@@ -37,9 +37,8 @@ def _message(request: Request, exc: HTTPException) -> str:
     return f"{exc.detail}."
 
 
-async def http_exception(request: Request, exc: Exception) -> Response:
+async def http_exception(request: Request, exc: HTTPException) -> Response:
     """Starlette's own HTTPExceptions (an unknown route, a wrong method) and any a route raises."""
-    assert isinstance(exc, HTTPException)
     status = exc.status_code
     code = CODES.get(status, "internal" if status >= 500 else "invalid_request")
     return error(status, code, _message(request, exc), exc.headers)
