@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from typing import Callable
 
@@ -19,6 +20,54 @@ from chat_agent.config import ConfigError, Settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
 from chat_agent.web.auth import refuse_open_listen
+
+log = logging.getLogger("chat_agent.server")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything else starts: a taken port is one clear
+    error, not a "ready" followed by uvicorn's traceback."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a restart need not wait out TIME_WAIT
+        sock.bind((host, port))
+        # Listening at once holds the port: two sockets merely bound with SO_REUSEADDR can
+        # share it. Connections wait in the backlog until the app has started.
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, saying where it listens once it accepts connections."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started and sockets:
+            host, port = sockets[0].getsockname()[:2]
+            log.info("listening on ws://%s/api/chat-agent", _where(host, port))
+
+
+def _where(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry) -> bool:
+    """Runs until a signal stops it; whether it got as far as listening."""
+    config = uvicorn.Config(
+        create_app(settings, registry=registry), lifespan="on",
+        ws_per_message_deflate=False,  # compression costs CPU and memory per socket; frames are small
+        # frames past our own limit get a `too_large` error and the socket stays; only far larger
+        # ones are cut off by the protocol layer
+        ws_max_size=max(8 * settings.max_frame_bytes, 1 << 24),
+        ws_ping_interval=settings.ws_ping_interval, ws_ping_timeout=settings.ws_ping_interval,
+        timeout_graceful_shutdown=5, log_level="warning", access_log=False,
+    )
+    server = Server(config)
+    server.run(sockets=[sock])
+    return server.started
 
 
 def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry) -> int:
@@ -33,19 +82,16 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
     if refusal:
         print(f"chat-agent: {refusal}", file=sys.stderr)
         return 2
+    try:
+        sock = bind(settings.host, settings.port)
+    except OSError as exc:
+        print(f"chat-agent: cannot listen on {_where(settings.host, settings.port)}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
     if not settings.anthropic_api_key:
         logging.warning("ANTHROPIC_API_KEY is not set: the server runs, but turns will answer llm_error")
-    uvicorn.run(
-        create_app(settings, registry=build_registry(settings)), host=settings.host, port=settings.port,
-        lifespan="on",
-        ws_per_message_deflate=False,  # compression costs CPU and memory per socket; frames are small
-        # frames past our own limit get a `too_large` error and the socket stays; only far larger
-        # ones are cut off by the protocol layer
-        ws_max_size=max(8 * settings.max_frame_bytes, 1 << 24),
-        ws_ping_interval=settings.ws_ping_interval, ws_ping_timeout=settings.ws_ping_interval,
-        timeout_graceful_shutdown=5, log_level="warning", access_log=False,
-    )
-    return 0
+    with sock:
+        return 0 if serve(settings, sock, build_registry(settings)) else 3
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -50,6 +51,34 @@ def _api_keys(raw: str) -> dict[str, str]:
     return keys
 
 
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
+
+
+# An origin is what a browser sends: scheme://host[:port], here also with `:*` for any port.
+_ORIGIN = re.compile(r"https?://([^\s/:\[\]*]+|\[[0-9a-f:.]+\])(:(\d+|\*))?", re.IGNORECASE)
+# A host without a port, as Starlette's TrustedHostMiddleware matches it: `*`, `*.example.com`, `[::1]`.
+_HOST = re.compile(r"\*|(\*\.)?[^\s/:\[\]*]+|\[[0-9a-f:.]+\]", re.IGNORECASE)
+
+
+def _origins(env: Mapping[str, str]) -> tuple[str, ...]:
+    origins = _list(env, "CHAT_AGENT_ALLOWED_ORIGINS")
+    for origin in origins:
+        if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin):
+            raise ConfigError(f"CHAT_AGENT_ALLOWED_ORIGINS: {origin!r} is not an origin like "
+                              "https://app.example.com or http://localhost:* (no path, no trailing slash)")
+    return origins
+
+
+def _hosts(env: Mapping[str, str]) -> tuple[str, ...]:
+    hosts = tuple(h.lower() for h in _list(env, "CHAT_AGENT_ALLOWED_HOSTS"))
+    for host in hosts:
+        if not _HOST.fullmatch(host):
+            raise ConfigError(f"CHAT_AGENT_ALLOWED_HOSTS: {host!r} is not a host name like chat.example.com, "
+                              "*.example.com, [::1] or * (no scheme, no port)")
+    return hosts
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -78,6 +107,9 @@ class Settings:
     api_keys: dict[str, str] = field(default_factory=dict)
     allow_no_auth: bool = False
     local_user: str = "local"
+    # Browsers (web/origins.py): empty means the defaults of PROTOCOL.md for where we listen.
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     # Files: uploads, attachments, generated images.
     upload_max_bytes: int = 20 * 1024 * 1024
     s3_bucket: str | None = None
@@ -138,6 +170,8 @@ class Settings:
             ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
             api_keys=_api_keys(env.get("CHAT_AGENT_API_KEYS", "")),
             allow_no_auth=_flag(env, "CHAT_AGENT_ALLOW_NO_AUTH"),
+            allowed_origins=_origins(env),
+            allowed_hosts=_hosts(env),
             upload_max_bytes=_int(env, "CHAT_AGENT_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
             s3_bucket=env.get("CHAT_AGENT_S3_BUCKET") or None,
             s3_endpoint_url=env.get("CHAT_AGENT_S3_ENDPOINT_URL") or None,

@@ -6,11 +6,12 @@ so a browser client sees exactly the names PROTOCOL.md fixes.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, TypeAdapter, computed_field,
                       model_validator)
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import GenerateJsonSchema
 
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
@@ -27,7 +28,10 @@ MessageStatus = Literal["complete", "streaming", "aborted", "interrupted", "erro
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+    # A field with a default is still always sent, so the schema of what the server sends
+    # lists it in `required` (only `exclude_if` fields are left out).
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
+                              json_schema_serialization_defaults_required=True)
 
 
 # ---- shared shapes -------------------------------------------------------------------
@@ -204,7 +208,26 @@ class ArtifactState(Model):
 
 # ---- server → client -----------------------------------------------------------------
 
+SeqSent = Literal["always", "sometimes", "never"]
+
+
+def _seq_schema(schema: dict[str, Any], cls: type) -> None:
+    """`seq` is never null on the wire (to_json leaves it out instead): an integer that every
+    frame of the event log has, an `error` sometimes, a `pong` never."""
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    if "seq" not in properties:
+        return
+    properties["seq"] = {"type": "integer", "minimum": 0}
+    if cls.seq_sent != "always":
+        required.remove("seq")
+    if cls.seq_sent == "never":
+        del properties["seq"]
+
+
 class ServerFrame(Model):
+    model_config = ConfigDict(json_schema_extra=_seq_schema)
+    seq_sent: ClassVar[SeqSent] = "always"
+
     conversation_id: str = ""
     seq: int | None = None
 
@@ -298,12 +321,14 @@ class Done(ServerFrame):
 
 
 class ErrorFrame(ServerFrame):
+    seq_sent: ClassVar[SeqSent] = "sometimes"  # not on answers to a malformed frame
     type: Literal["error"] = "error"
     code: ErrorCode
     message: str
 
 
 class Pong(ServerFrame):
+    seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
 
 
@@ -415,10 +440,36 @@ server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)
 client_frames: TypeAdapter[AnyClientFrame] = TypeAdapter(AnyClientFrame)
 
 
+class _ProtocolSchema(GenerateJsonSchema):
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        # "Conversationid" and the like: code generators would make a type of each
+        return False
+
+    def default_schema(self, schema: Any) -> dict[str, Any]:
+        json_schema = super().default_schema(schema)
+        if self.mode == "serialization":
+            # The server always sends the field, so a default says nothing; and a schema with
+            # a default but no type (`Any`) reads as an object to json-schema-to-typescript.
+            json_schema.pop("default", None)
+        return json_schema
+
+
 def json_schema() -> dict[str, Any]:
-    """What `GET /api/protocol` serves: both directions, generated from the models above."""
+    """What `GET /api/protocol` serves: one draft 2020-12 document, both directions as
+    discriminated unions in its `$defs`, generated from the models above. What the server
+    sends is described as serialized (every field it always sends is required), what a
+    client sends as validated (fields with a default may be left out)."""
+    unions, defs = TypeAdapter.json_schemas(
+        [("ServerFrame", "serialization", server_frames), ("ClientFrame", "validation", client_frames)],
+        by_alias=True, ref_template="#/$defs/{model}", schema_generator=_ProtocolSchema)
+    definitions = defs["$defs"]
+    for (name, _mode), union in unions.items():
+        definitions[name] = {"title": name, **union}
     return {
-        "protocolVersion": PROTOCOL_VERSION,
-        "server": server_frames.json_schema(by_alias=True, mode="serialization"),
-        "client": client_frames.json_schema(by_alias=True, mode="validation"),
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "ChatAgentFrame",
+        "description": "A frame of the chat-agent WebSocket protocol, in either direction.",
+        "protocolVersion": PROTOCOL_VERSION,  # an annotation: validators ignore unknown keywords
+        "anyOf": [{"$ref": "#/$defs/ServerFrame"}, {"$ref": "#/$defs/ClientFrame"}],
+        "$defs": definitions,
     }

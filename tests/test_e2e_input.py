@@ -110,7 +110,7 @@ async def test_http_routes(server, fake_anthropic):
     assert {"name": "web_search", "enabled": True} in health["tools"]
     status, schema = server.get("/api/protocol")
     assert status == 200
-    server_types = {s["properties"]["type"]["const"] for s in schema["server"]["$defs"].values()
+    server_types = {s["properties"]["type"]["const"] for s in schema["$defs"].values()  # one document (1.1)
                     if "type" in s.get("properties", {}) and "const" in s["properties"]["type"]}
     assert {"session", "content_chunk", "tool_start", "done", "error", "pong"} <= server_types
     ws, session = await connect(server)

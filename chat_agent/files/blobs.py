@@ -8,6 +8,7 @@ none starting with a dot, so no key can climb out of the directory or hide a fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -77,9 +78,11 @@ class LocalBlobs:
 
     @staticmethod
     def _put(path: Path, data: bytes) -> None:
+        made_folder = not path.parent.is_dir()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        temp: str | None = None
         try:
+            fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
@@ -88,7 +91,11 @@ class LocalBlobs:
                 os.fsync(out.fileno())
             os.replace(temp, path)
         except BaseException:
-            Path(temp).unlink(missing_ok=True)
+            if temp is not None:
+                Path(temp).unlink(missing_ok=True)
+            if made_folder:  # a failed write (a full disk, say) leaves no empty folder behind
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()
             raise
 
 

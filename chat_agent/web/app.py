@@ -20,6 +20,8 @@ from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web import canvas_routes, http, upload_routes
+from chat_agent.web.errors import EXCEPTION_HANDLERS
+from chat_agent.web.origins import browser_middleware
 from chat_agent.web.ws import chat_endpoint
 
 log = logging.getLogger(__name__)
@@ -56,4 +58,5 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
 
     routes = [*http.routes, *canvas_routes.routes, *upload_routes.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint)]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),
+                     exception_handlers=EXCEPTION_HANDLERS)

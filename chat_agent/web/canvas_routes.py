@@ -22,10 +22,20 @@ from chat_agent.ids import new_id
 MAX_BODY = 64 * 1024
 
 
+class _BodyTooLarge(ValueError):
+    pass
+
+
+def _invalid(exc: ValueError) -> Response:
+    if isinstance(exc, _BodyTooLarge):
+        return error(413, "too_large", str(exc))
+    return error(400, "invalid_request", str(exc))
+
+
 async def _json_body(request: Request) -> dict[str, Any]:
     body = await request.body()
     if len(body) > MAX_BODY:
-        raise ValueError(f"the body is over {MAX_BODY} bytes")
+        raise _BodyTooLarge(f"The body is over {MAX_BODY} bytes.")
     try:
         data = json.loads(body)
     except ValueError:
@@ -55,17 +65,20 @@ async def get_version(request: Request, hub: Hub, owner: str) -> Response:
 async def export(request: Request, hub: Hub, owner: str) -> Response:
     fmt = request.query_params.get("format", "md")
     if fmt not in ("md", "docx", "code"):
-        return error(400, "invalid_frame", "format must be md, docx or code.")
+        return error(400, "invalid_request", "format must be md, docx or code.")
     state = await hub.artifact(owner, request.path_params["id"])
     if state is None:
         return error(404, "not_found", "No such conversation or artifact.")
     current = state.current
+    if fmt == "code" and current.type != "code":
+        return error(400, "invalid_request", "format=code exports a code artifact as its source file; this "
+                                             "artifact is text: ask for md or docx.")
     try:
         # a long document takes seconds to render: not on the event loop every client shares
         exported = await asyncio.to_thread(export_artifact, title=current.title, type=current.type,
                                            language=current.language, content=current.content, format=fmt)
     except ExportError as exc:
-        return error(400, "invalid_frame", str(exc))
+        return error(400, "invalid_request", str(exc))
     disposition = f"attachment; filename*=UTF-8''{quote(exported.filename)}"
     return Response(exported.body, media_type=exported.media_type, headers={"Content-Disposition": disposition})
 
@@ -88,7 +101,7 @@ async def memories(request: Request, hub: Hub, owner: str) -> Response:
         body = await _json_body(request)
         style_rules, content = validate_memories(body.get("styleRules", []), body.get("content", []))
     except ValueError as exc:
-        return error(400, "invalid_frame", str(exc))
+        return _invalid(exc)
     await hub.memories.load(owner)
     record = hub.memories.replace(owner, style_rules, content)
     await hub.writer.flush()
@@ -125,7 +138,7 @@ async def quick_actions(request: Request, hub: Hub, owner: str) -> Response:
     try:
         fields = _action_fields(await _json_body(request), None)
     except ValueError as exc:
-        return error(400, "invalid_frame", str(exc))
+        return _invalid(exc)
     now = time.time()
     record = QuickActionRecord(id=new_id("qa", hex_chars=16), owner=owner, created_at=now, updated_at=now, **fields)
     await hub.writer.wait_for(hub.writer.submit([PutQuickAction(record)]))
@@ -143,7 +156,7 @@ async def quick_action(request: Request, hub: Hub, owner: str) -> Response:
     try:
         fields = _action_fields(await _json_body(request), existing)
     except ValueError as exc:
-        return error(400, "invalid_frame", str(exc))
+        return _invalid(exc)
     record = QuickActionRecord(id=action_id, owner=owner, created_at=existing.created_at, updated_at=time.time(),
                                **fields)
     await hub.writer.wait_for(hub.writer.submit([PutQuickAction(record)]))

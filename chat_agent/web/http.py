@@ -10,15 +10,12 @@ from starlette.routing import Route
 
 from importlib.metadata import version as _package_version
 from chat_agent.web.auth import authenticate
+from chat_agent.web.errors import error
 from chat_agent.sessions.hub import Hub
 from chat_agent.protocol import json_schema
 from chat_agent.store import ConversationRecord
 
 Handler = Callable[[Request, Hub, str], Awaitable[Response]]
-
-
-def error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:

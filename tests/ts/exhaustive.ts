@@ -1,0 +1,67 @@
+// What a browser client writes against the types json-schema-to-typescript makes of
+// GET /api/protocol (tests/test_schema_ts.py generates ./protocol.ts beside this file and runs
+// `tsc --strict` on both). Every `switch (frame.type)` must be exhaustive: the `never` in the
+// default branch stops compiling when a frame type is missing here or `type` is optional there.
+// A new frame type in chat_agent/protocol.py needs its case here.
+import type { ClientFrame, ServerFrame } from "./protocol";
+
+function unhandled(frame: never): never {
+  throw new Error(`unhandled frame ${JSON.stringify(frame)}`);
+}
+
+// Fields the server always sends are required: these use them without a check for undefined.
+export function describe(frame: ServerFrame): string {
+  switch (frame.type) {
+    case "session":
+      return `${frame.conversationId} at ${frame.seq + 0}: ${frame.messages.length} messages, ` +
+        `${frame.context.tokens}/${frame.context.maxTokens} tokens, running ${frame.running}, ` +
+        `tools ${frame.tools.map((t) => t.name).join()}, protocol ${frame.protocolVersion + 0}`;
+    case "content_chunk":
+    case "thinking_chunk":
+      return `${frame.messageId} #${frame.seq + 1}: ${frame.content.length}`;
+    case "tool_start":
+      return `${frame.toolId} ${frame.name} ${Object.keys(frame.input).length}`;
+    case "tool_progress":
+      return `${frame.toolId} ${frame.elapsed.toFixed(1)} ${frame.status}`;
+    case "tool_end":
+      return `${frame.toolId} ${frame.name} ${frame.duration.toFixed(1)} ${frame.isError ? "failed" : "ok"}`;
+    case "artifact_chunk":
+      return `${frame.toolId} ${frame.content.length}`;
+    case "artifact":
+      return `${frame.artifact.id} ${frame.artifact.currentIndex}/${frame.artifact.versionCount} ` +
+        `${frame.artifact.current.type} ${frame.artifact.current.content.length}`;
+    case "title":
+      return frame.title.toUpperCase();
+    case "context_update":
+      return `${frame.tokens}/${frame.maxTokens}${frame.summarized ? " summarized" : ""}`;
+    case "context_cleared":
+      return `cleared at ${frame.seq + 0}`;
+    case "done":
+      return `${frame.messageId} ${frame.stopReason} ${frame.usage.inputTokens + frame.usage.outputTokens}`;
+    case "error":
+      return `${frame.code}: ${frame.message}${frame.seq === undefined ? "" : ` at ${frame.seq}`}`;
+    case "pong":
+      return "pong";
+    default:
+      return unhandled(frame);
+  }
+}
+
+export function encode(frame: ClientFrame): string {
+  switch (frame.type) {
+    case "message":
+      return `message ${frame.content ?? ""}`;
+    case "abort":
+    case "clear_context":
+    case "ping":
+      return frame.type;
+    case "select_artifact_version":
+      return `select ${frame.index + 0}`;
+    case "edit_artifact":
+      return `edit ${frame.content.length}`;
+    case "resume":
+      return `resume ${frame.afterSeq + 0}`;
+    default:
+      return unhandled(frame);
+  }
+}
