@@ -208,6 +208,12 @@ AnyServerFrame = Annotated[
 
 # ---- client → server -----------------------------------------------------------------
 
+# What the store can hold (SQLite's INTEGER): a larger number in a client frame is refused
+# up front instead of failing deep inside a read or a write.
+MAX_STORED_INT = 2**63 - 1
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_STORED_INT)]  # every integer a client sends
+
+
 class ClientModel(Model):
     # Strict scalars: a number where a string belongs is a client bug worth reporting.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
@@ -240,8 +246,8 @@ class MessageSettings(ClientModel):
 
 
 class Highlight(ClientModel):
-    start: StrictInt
-    end: StrictInt
+    start: Count
+    end: Count
     selected_text: StrictStr | None = None
 
 
@@ -278,7 +284,7 @@ class ClearContextIn(ClientModel):
 
 class SelectArtifactVersionIn(ClientModel):
     type: Literal["select_artifact_version"]
-    index: StrictInt
+    index: Count
 
 
 class EditArtifactIn(ClientModel):
@@ -289,7 +295,7 @@ class EditArtifactIn(ClientModel):
 
 class ResumeIn(ClientModel):
     type: Literal["resume"]
-    after_seq: StrictInt = Field(ge=0)
+    after_seq: Count
 
 
 class PingIn(ClientModel):

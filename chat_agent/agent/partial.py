@@ -12,6 +12,8 @@ import re
 
 import jiter
 
+from chat_agent.text import scrub
+
 _HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}")
 
 
@@ -56,7 +58,8 @@ class FieldStream:
         self._raw = self._raw[self._start + end:]  # keep only what is not decoded yet
         self._start = 0
         self._done = closed
-        return json.loads(f'"{chunk}"') if chunk else ""
+        # A lone `\ud800` the model wrote becomes U+FFFD, as it does in the stored input.
+        return scrub(json.loads(f'"{chunk}"')) if chunk else ""
 
     def _find_start(self) -> bool:
         # Ask a real (partial) JSON parser whether the field has begun as a string; only then

@@ -13,6 +13,7 @@ from chat_agent.config import Settings
 from chat_agent.model.types import (LLMError, ModelReply, ModelRequest, StreamItem, TextDelta, ThinkingDelta,
                                     ToolInputDelta)
 from chat_agent.protocol import Usage
+from chat_agent.text import scrub, scrub_json
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,12 @@ def _usage(usage: Any) -> Usage:
         cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
         cache_write_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
     )
+
+
+def _content(blocks: list[Any]) -> list[dict[str, Any]]:
+    """A reply's content as history blocks, with any lone surrogate repaired (U+FFFD) the way
+    its streamed deltas were: such text can be neither stored nor sent back."""
+    return [scrub_json(b) for b in map(_block_json, blocks) if b is not None]
 
 
 def _block_json(block: Any) -> dict[str, Any] | None:
@@ -125,12 +132,12 @@ class AnthropicClient:
                 async for event in stream:
                     kind = event.type
                     if kind == "text":
-                        yield TextDelta(event.text)
+                        yield TextDelta(scrub(event.text))
                     elif kind == "thinking":
-                        yield ThinkingDelta(event.thinking)
+                        yield ThinkingDelta(scrub(event.thinking))
                     elif kind == "input_json":
                         if event.partial_json:
-                            yield ToolInputDelta(tool[0], tool[1], event.partial_json)
+                            yield ToolInputDelta(tool[0], tool[1], scrub(event.partial_json))
                     elif kind == "content_block_start" and event.content_block.type == "tool_use":
                         tool = (event.content_block.id, event.content_block.name)
                     if loop.time() >= pause_at:
@@ -142,7 +149,7 @@ class AnthropicClient:
                 message = await stream.get_final_message()
         except Exception as exc:  # cancellation is a BaseException and passes through
             raise translate_error(exc) from exc
-        content = [b for b in map(_block_json, message.content) if b is not None]
+        content = _content(message.content)
         yield ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
 
     async def call(self, request: ModelRequest) -> ModelReply:
@@ -151,7 +158,7 @@ class AnthropicClient:
             message = await self._client.messages.create(**request.params())
         except Exception as exc:
             raise translate_error(exc) from exc
-        content = [b for b in map(_block_json, message.content) if b is not None]
+        content = _content(message.content)
         return ModelReply(content, message.stop_reason or "end_turn", _usage(message.usage))
 
     async def complete(self, request: ModelRequest) -> str:
