@@ -346,6 +346,10 @@ async def test_file_names_are_cleaned(files: Files) -> None:
     assert len(long) == 200 and long.endswith(".pdf")
     saved = await files.save(ALICE, b"hello", "/tmp/../../x/\u0007bell.md")
     assert saved.filename == "bell.md" and saved.media_type == "text/markdown"
+    # A lone surrogate cannot be stored: it is repaired (U+FFFD) as everywhere text enters.
+    assert clean_filename("notes\ud800.md") == "notes\ufffd.md"
+    saved = await files.save(ALICE, b"hello", "caf\udce9.md")
+    assert saved.filename == "caf\ufffd.md" and (await files.get(ALICE, saved.id)).filename == "caf\ufffd.md"
 
 
 def test_urls_and_open_files(db, tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ import jiter
 from chat_agent.text import scrub
 
 _HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LOW_BEGUN = re.compile(r"(\\(u([dD]([c-fC-F][0-9a-fA-F]{0,2})?)?)?)?")  # what may still become one
 
 
 def _safe_end(raw: str) -> tuple[int, bool]:
@@ -28,7 +30,13 @@ def _safe_end(raw: str) -> tuple[int, bool]:
         if c == "\\":
             width = 6 if raw.startswith("u", i + 1) else 2
             if width == 6 and _HIGH_SURROGATE.match(raw, i):
-                width = 12  # a surrogate pair is decoded whole, never one half alone
+                # A surrogate pair is decoded whole, never one half alone; a high half with
+                # no low one after it is decoded alone (and repaired by the caller).
+                after = raw[i + 6:i + 12]
+                if _LOW_SURROGATE.match(after):
+                    width = 12
+                elif len(after) < 6 and _LOW_BEGUN.fullmatch(after):
+                    return i, False  # its low half may be on its way
             if i + width > n:
                 return i, False  # an escape cut in half: wait for the rest
             i += width
