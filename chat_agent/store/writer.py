@@ -6,8 +6,9 @@ Frames are handed to clients from those callbacks, so a client is never told any
 is not committed, and 50 streaming turns cost a handful of transactions, not thousands.
 
 A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
-see `op_scope`), so one conversation's bad write or a full disk fails that conversation
-only. The ops of a scope that cannot be stored are lost: their callbacks never run, later
+see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
+that conversation only. The ops of a scope that cannot be stored are lost: callbacks waiting
+on them never run (a submit spanning scopes is told only if all of it was stored), later
 submissions of that scope are refused until `reopen`, and `on_lost` is told, so that whoever
 holds the scope's state in memory brings it back in line with the store.
 """
