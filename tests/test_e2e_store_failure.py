@@ -169,3 +169,32 @@ async def test_a_full_disk_mid_turn_fails_the_turn_and_loses_nothing_told(make_s
     await send(other, type="message", content="hello again")
     assert text_of(await until(other, "done")) == "still here"
     await other.close()
+
+
+async def test_a_refused_edit_is_reported_and_the_canvas_is_what_was_kept(make_server, tmp_path, fake_anthropic):
+    from tests.fakes.anthropic_fake import ToolUse
+
+    server = make_server(tmp_path / "data")
+    ws, session = await connect(server)
+    conversation_id = session["conversationId"]
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"title": "Note", "type": "text", "content": "v1"})]),
+                           Reply("written"), when=asking("a note"))
+    await send(ws, type="message", content="a note")
+    await until(ws, "done")
+    db = tmp_path / "data" / "chat-agent.db"
+    sql(db, f"CREATE TRIGGER refuse_v BEFORE INSERT ON artifact_versions WHEN NEW.conversation_id = '{conversation_id}'"
+            " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+    await send(ws, type="edit_artifact", content="v2 that is never stored")
+    error = await recv(ws)
+    assert error["type"] == "error" and error["code"] == "internal" and "could not save" in error["message"]
+    log = await replay(server, conversation_id)
+    assert error in log and not any(f["type"] == "artifact" for f in log[log.index(error):])
+    again, snapshot = await connect(server, conversation_id)
+    assert snapshot["artifact"]["current"]["content"] == "v1" and snapshot["artifact"]["versionCount"] == 1
+    await again.close()
+    sql(db, "DROP TRIGGER refuse_v")
+    await send(ws, type="edit_artifact", content="v2 for real")
+    frame = await recv(ws)
+    assert frame["type"] == "artifact" and frame["artifact"]["currentIndex"] == 2  # version 2, not 3
+    assert frame["artifact"]["current"]["content"] == "v2 for real"
+    await ws.close()

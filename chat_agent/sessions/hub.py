@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 
 CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
 MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
+CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
+GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
+                  "to see what was kept.")
 Loaded = tuple[ConversationRecord, list[HistoryItem], list[HistoryItem], ArtifactRecord | None]
 
 
@@ -191,10 +194,11 @@ class Hub:
             return False  # deleted meanwhile
         live.reload(loaded[0], *self._parts(*loaded))
         self.writer.reopen(live.id)
-        error = ErrorFrame(code="internal", message=NOT_SAVED.message)
         if not await self._close_cut_turns(live, NOT_SAVED):
-            live.publish(error)
-            if stopped is not None:  # a message still being checked, or a turn whose start was lost
+            if stopped is None:
+                live.publish(ErrorFrame(code="internal", message=CHANGE_NOT_SAVED))
+            else:  # a message still being checked, or a turn whose start was lost
+                live.publish(ErrorFrame(code="internal", message=NOT_SAVED.message))
                 live.publish(Done(message_id=stopped, stop_reason="error"))
         await self.writer.flush()
         return not self.writer.lost(live.id)
@@ -202,7 +206,7 @@ class Hub:
     def _evict(self, live: LiveConversation) -> None:
         """Forgets the conversation (the next `open` loads it, closing a cut turn) and closes
         its sockets with an `error` that has no seq, since none could be stored."""
-        error = ErrorFrame(conversation_id=live.id, code="internal", message=NOT_SAVED.message).to_json()
+        error = ErrorFrame(conversation_id=live.id, code="internal", message=GONE_NOT_SAVED).to_json()
         for listener in tuple(live.listeners):
             listener.close(CLOSE_INTERNAL, error)
         live.listeners.clear()
