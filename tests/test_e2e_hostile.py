@@ -106,3 +106,13 @@ async def test_a_failing_send_loop_closes_the_socket_1011(make_server, tmp_path,
     await send(ws, type="message", content="next")
     assert (await until(ws, "done"))[-1]["stopReason"] == "end_turn"
     await ws.close()
+
+
+def test_http_bodies_with_unstorable_text_are_refused(server):
+    assert server.request("PUT", "/api/memories", body={"styleRules": ["keep"], "content": []})[0] == 200
+    for path, method, body in (("/api/memories", "PUT", {"styleRules": ["bad \ud800"], "content": []}),
+                               ("/api/quick-actions", "POST", {"title": "t\udc00", "prompt": "p"})):
+        status, answer = server.request(method, path, body=body)  # sent as the JSON escape `\ud800`
+        assert status == 400 and "Unicode" in answer["error"]["message"], (status, answer)
+    assert server.get("/api/memories")[1] == {"styleRules": ["keep"], "content": []}
+    assert server.get("/api/quick-actions")[1]["quickActions"] == []
