@@ -125,6 +125,7 @@ async def test_a_full_disk_mid_turn_fails_the_turn_and_loses_nothing_told(make_s
     fake_anthropic.enqueue(Reply("kept safe"), when=asking("other one"))
     await send(other, type="message", content="the other one")
     await until(other, "done")
+    await until(other, "title")  # its last write, before the disk fills
     await other.close()
     idb = session_b["conversationId"]
     before_b = server.get(f"/api/conversations/{idb}")[1]["messages"]
