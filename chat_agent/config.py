@@ -26,6 +26,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
 
 
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name, default)
+    if value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value}")
+    return value
+
+
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name, "").strip()
     if not raw:
@@ -104,6 +111,9 @@ class Settings:
     tool_output_chars: int = 40_000
     max_frame_bytes: int = 1 << 20
     ws_ping_interval: float = 20.0
+    # Frames queued for clients that read slower than their conversation writes, in bytes.
+    max_backlog_bytes: int = 512 << 20  # across all connections
+    max_connection_backlog_bytes: int = 64 << 20
     api_keys: dict[str, str] = field(default_factory=dict)
     allow_no_auth: bool = False
     local_user: str = "local"
@@ -168,6 +178,8 @@ class Settings:
             tool_output_chars=_int(env, "CHAT_AGENT_TOOL_OUTPUT_CHARS", 40_000),
             max_frame_bytes=_int(env, "CHAT_AGENT_MAX_FRAME_BYTES", 1 << 20),
             ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
+            max_backlog_bytes=_positive(env, "CHAT_AGENT_MAX_BACKLOG_BYTES", 512 << 20),
+            max_connection_backlog_bytes=_positive(env, "CHAT_AGENT_MAX_CONNECTION_BACKLOG_BYTES", 64 << 20),
             api_keys=_api_keys(env.get("CHAT_AGENT_API_KEYS", "")),
             allow_no_auth=_flag(env, "CHAT_AGENT_ALLOW_NO_AUTH"),
             allowed_origins=_origins(env),

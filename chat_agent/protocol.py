@@ -15,7 +15,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts",)
+FEATURES: tuple[str, ...] = ("parts", "refusal_detail")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -341,6 +341,12 @@ AnyServerFrame = Annotated[
 
 # ---- client → server -----------------------------------------------------------------
 
+# What the store can hold (SQLite's INTEGER): a larger number in a client frame is refused
+# up front instead of failing deep inside a read or a write.
+MAX_STORED_INT = 2**63 - 1
+Count = Annotated[StrictInt, Field(ge=0, le=MAX_STORED_INT)]  # every integer a client sends
+
+
 class ClientModel(Model):
     # Strict scalars: a number where a string belongs is a client bug worth reporting.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
@@ -373,8 +379,8 @@ class MessageSettings(ClientModel):
 
 
 class Highlight(ClientModel):
-    start: StrictInt
-    end: StrictInt
+    start: Count
+    end: Count
     selected_text: StrictStr | None = None
 
 
@@ -411,7 +417,7 @@ class ClearContextIn(ClientModel):
 
 class SelectArtifactVersionIn(ClientModel):
     type: Literal["select_artifact_version"]
-    index: StrictInt
+    index: Count
 
 
 class EditArtifactIn(ClientModel):
@@ -422,7 +428,7 @@ class EditArtifactIn(ClientModel):
 
 class ResumeIn(ClientModel):
     type: Literal["resume"]
-    after_seq: StrictInt = Field(ge=0)
+    after_seq: Count
 
 
 class PingIn(ClientModel):

@@ -539,3 +539,19 @@ async def test_standalone_process_prints_its_url() -> None:
     finally:
         proc.terminate()
         proc.wait(5)
+
+
+async def test_a_lone_surrogate_is_refused_like_the_real_api(fake) -> None:
+    fake.enqueue(Reply("scripted"))
+    paired = json.dumps(request(user("ok \ud83d\ude00")))  # ensure_ascii: the escapes go on the wire
+    async with httpx.AsyncClient(base_url=fake.base_url) as http:
+        fine = await http.post("/v1/messages", content=paired, headers=HEADERS)
+        assert fine.status_code == 200, fine.text
+        lone = json.dumps(request(user("hi \ud800 there")))
+        response = await http.post("/v1/messages", content=lone, headers=HEADERS)
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    column = lone.index("\\ud800") + 1
+    assert error["message"] == (f"The request body is not valid JSON: no low surrogate in string: line 1 column"
+                                f" {column} (char {column - 1})")

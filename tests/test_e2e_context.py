@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.fakes.anthropic_fake import Reply
 from tests.support import connect, send, until
 
@@ -65,4 +67,37 @@ async def test_missing_anthropic_key_is_a_clear_error(make_server):
     assert frame["code"] == "llm_error" and "ANTHROPIC_API_KEY" in frame["message"]
     status, health = server.get("/health")
     assert health["anthropic"]["configured"] is False
+    await ws.close()
+
+
+async def test_token_count_survives_a_reconnect_and_a_restart(make_server, tmp_path, fake_anthropic):
+    """What the API said the request cost (system prompt and tools included) is the count a
+    client sees, whether the conversation stayed in memory or was loaded again."""
+    import signal
+
+    data = tmp_path / "data"
+    server = make_server(data)
+    ws, session = await connect(server)
+    conversation_id = session["conversationId"]
+    fake_anthropic.enqueue(Reply("a reply", usage={"input_tokens": 35_000}))
+    await send(ws, type="message", content="count me")
+    frames = await until(ws, "done")
+    tokens = [f for f in frames if f["type"] == "context_update"][-1]["tokens"]
+    assert tokens > 35_000
+    await until(ws, "title")  # the title job is done with the conversation too
+    await ws.close()  # the last listener leaves: the conversation is dropped from memory
+    await asyncio.sleep(0.3)
+    ws, snapshot = await connect(server, conversation_id)
+    assert snapshot["context"]["tokens"] == tokens
+    await ws.close()
+    assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    server = make_server(data)
+    ws, snapshot = await connect(server, conversation_id)
+    assert snapshot["context"]["tokens"] == tokens
+    await send(ws, type="clear_context")
+    update = (await until(ws, "context_update"))[-1]
+    assert update["tokens"] == 0  # what clearing says, and what is kept
+    await ws.close()
+    ws, snapshot = await connect(server, conversation_id)
+    assert snapshot["context"]["tokens"] == 0
     await ws.close()

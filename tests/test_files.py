@@ -227,7 +227,7 @@ async def test_a_version_2_database_gains_the_files_tables(tmp_path: Path, monke
         await store.apply([AddFile(record("f1"), "c1")])
         assert [f.id for f in await store.conversation_files(ALICE, "c1")] == ["f1"]
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
 
 
 # ---- Files -----------------------------------------------------------------------------------
@@ -346,6 +346,10 @@ async def test_file_names_are_cleaned(files: Files) -> None:
     assert len(long) == 200 and long.endswith(".pdf")
     saved = await files.save(ALICE, b"hello", "/tmp/../../x/\u0007bell.md")
     assert saved.filename == "bell.md" and saved.media_type == "text/markdown"
+    # A lone surrogate cannot be stored: it is repaired (U+FFFD) as everywhere text enters.
+    assert clean_filename("notes\ud800.md") == "notes\ufffd.md"
+    saved = await files.save(ALICE, b"hello", "caf\udce9.md")
+    assert saved.filename == "caf\ufffd.md" and (await files.get(ALICE, saved.id)).filename == "caf\ufffd.md"
 
 
 def test_urls_and_open_files(db, tmp_path: Path) -> None:

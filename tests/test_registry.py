@@ -486,3 +486,30 @@ async def test_a_tool_whose_service_is_missing_fails_clearly() -> None:
     assert result.is_error and result.content == "RuntimeError: files is not available to this tool call"
     with pytest.raises(AttributeError):
         ToolContext("c", "o", "t").require("no_such_service")
+
+
+@tool
+async def mangled(kind: str) -> Any:
+    """Returns text with a lone surrogate, as a decoded web page or a file might."""
+    text = "caf\udce9 au lait"
+    return {"text": text, "nested": [text]} if kind == "json" else [{"type": "text", "text": text}] \
+        if kind == "blocks" else text
+
+
+@tool
+async def failing_mangled() -> str:
+    """Fails with a message holding a lone surrogate."""
+    raise ValueError("bad byte \udcff in input")
+
+
+@pytest.mark.parametrize("kind", ["text", "json", "blocks"])
+async def test_lone_surrogates_in_tool_output_become_replacement_characters(kind: str) -> None:
+    registry = ToolRegistry()
+    registry.add(mangled)
+    registry.add(failing_mangled)
+    result = await run(registry, "mangled", {"kind": kind})
+    for value in (result.content, result.output):
+        text = value if isinstance(value, str) else str(value)
+        assert "caf\ufffd au lait" in text and "\udce9" not in text
+    failed = await run(registry, "failing_mangled", {})
+    assert failed.is_error and "bad byte \ufffd in input" in failed.content

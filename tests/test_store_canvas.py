@@ -34,7 +34,7 @@ from chat_agent.store import (
     TurnRecord,
     op_scope,
 )
-from chat_agent.store import schema
+from chat_agent.store import schema, sqlite as sqlite_store
 from chat_agent.store.sqlite import _ARTIFACT
 from chat_agent.store.writes import plan
 
@@ -299,6 +299,8 @@ async def test_a_version_1_database_upgrades_in_place(
     with monkeypatch.context() as old:  # this build as it was before the canvas migration
         old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
         old.setattr(schema, "SCHEMA_VERSION", 1)
+        # its reads, too, knew no column of a later migration
+        old.setattr(sqlite_store, "_CONVERSATION", sqlite_store._CONVERSATION.replace(", context_overhead", ""))
         async with SqliteStore(path) as store:
             await store.apply([
                 CreateConversation(ALICE, "c1", 1.0),
@@ -320,7 +322,7 @@ async def test_a_version_1_database_upgrades_in_place(
         await store.apply([DeleteConversation(ALICE, "c1")])
         assert _count(path, "artifact_versions") == 0
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
     async with SqliteStore(path) as store:  # a second open migrates nothing
         assert await store.get_memories(ALICE) == memories("kept")
         assert [q.id for q in await store.list_quick_actions(ALICE)] == ["q1"]

@@ -12,7 +12,11 @@ import re
 
 import jiter
 
+from chat_agent.text import scrub
+
 _HIGH_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}")
+_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+_LOW_BEGUN = re.compile(r"(\\(u([dD]([c-fC-F][0-9a-fA-F]{0,2})?)?)?)?")  # what may still become one
 
 
 def _safe_end(raw: str) -> tuple[int, bool]:
@@ -26,7 +30,13 @@ def _safe_end(raw: str) -> tuple[int, bool]:
         if c == "\\":
             width = 6 if raw.startswith("u", i + 1) else 2
             if width == 6 and _HIGH_SURROGATE.match(raw, i):
-                width = 12  # a surrogate pair is decoded whole, never one half alone
+                # A surrogate pair is decoded whole, never one half alone; a high half with
+                # no low one after it is decoded alone (and repaired by the caller).
+                after = raw[i + 6:i + 12]
+                if _LOW_SURROGATE.match(after):
+                    width = 12
+                elif len(after) < 6 and _LOW_BEGUN.fullmatch(after):
+                    return i, False  # its low half may be on its way
             if i + width > n:
                 return i, False  # an escape cut in half: wait for the rest
             i += width
@@ -56,7 +66,8 @@ class FieldStream:
         self._raw = self._raw[self._start + end:]  # keep only what is not decoded yet
         self._start = 0
         self._done = closed
-        return json.loads(f'"{chunk}"') if chunk else ""
+        # A lone `\ud800` the model wrote becomes U+FFFD, as it does in the stored input.
+        return scrub(json.loads(f'"{chunk}"')) if chunk else ""
 
     def _find_start(self) -> bool:
         # Ask a real (partial) JSON parser whether the field has begun as a string; only then

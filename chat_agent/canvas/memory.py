@@ -153,6 +153,10 @@ class MemoryBook:
             dedupe_items([*current.content, *facts])[-self.max_items:],
         )
 
+    def forget(self, owner: str) -> None:
+        """Drops the cached memories (a write of them was lost): the next load reads the store."""
+        self._cache.pop(owner, None)
+
     def delete(self, owner: str) -> None:
         # Cached as empty rather than dropped: the store may not have committed the delete yet.
         self._remember(owner, empty_record())

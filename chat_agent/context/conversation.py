@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Sequence
 
 from chat_agent.protocol import Usage, VisibleMessage
-from chat_agent.store import AppendHistory, HistoryItem, ReplaceHistory, UpsertHistoryItem
+from chat_agent.store import AppendHistory, HistoryItem, ReplaceHistory, SetContextOverhead, UpsertHistoryItem
 from chat_agent.context.summary import plan_summary, summary_message
 from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.store.writer import StoreWriter
@@ -27,7 +27,7 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 class ConversationManager:
     def __init__(self, owner: str, conversation_id: str, *, visible: Sequence[HistoryItem],
                  model: Sequence[HistoryItem], counter: TokenCounter, writer: StoreWriter,
-                 summary_chars: int, max_tokens: int):
+                 summary_chars: int, max_tokens: int, overhead: int = 0):
         self.owner = owner
         self.conversation_id = conversation_id
         self.visible = [VisibleMessage.model_validate(item.data) for item in visible]
@@ -44,8 +44,9 @@ class ConversationManager:
         # item came before it (tool results an aborted turn left, which it was merged into).
         self._exchange: tuple[str, int] | None = None
         # Tokens the request carries besides the history (system prompt, tool schemas) plus
-        # the estimator's error; re-measured from the API's own count after every call.
-        self._overhead = 0
+        # the estimator's error; re-measured from the API's own count after every call, and
+        # stored, so the count a client sees does not change because the conversation reloaded.
+        self._overhead = overhead
 
     # ---- size -------------------------------------------------------------------------
 
@@ -61,7 +62,7 @@ class ConversationManager:
         """Before the API has reported anything, our estimate of system prompt and tools
         (a callable, so the estimate is only computed when it is needed)."""
         if self._overhead == 0:
-            self._overhead = estimate()
+            self._set_overhead(estimate())
 
     def needs_summary(self) -> bool:
         return self._chars > self._summary_chars
@@ -131,7 +132,7 @@ class ConversationManager:
         """A model reply. With the API's usage, the reply costs exactly its output tokens and
         everything before it costs what the API says it read."""
         if usage is not None:
-            self._overhead = max(0, usage.prompt_tokens - self._history_tokens)
+            self._set_overhead(max(0, usage.prompt_tokens - self._history_tokens))
             tokens = usage.output_tokens
         else:
             tokens = self._counter.content(content)
@@ -211,8 +212,13 @@ class ConversationManager:
         self.visible = []
         self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "visible", ())])
         self._reset([])
-        self._overhead = 0
+        self._set_overhead(0)
         self.epoch += 1
+
+    def _set_overhead(self, tokens: int) -> None:
+        if tokens != self._overhead:
+            self._overhead = tokens
+            self._writer.submit([SetContextOverhead(self.owner, self.conversation_id, tokens)])
 
     def _reset(self, items: list[HistoryItem]) -> None:
         self._items = items

@@ -30,6 +30,7 @@ from chat_agent.files.sniff import EXTENSIONS, IMAGE_TYPES, FileError, sniff
 from chat_agent.store import AddFile, AttachFile, FileRecord, FileSource, Store
 from chat_agent.store.writer import StoreWriter
 from chat_agent.ids import new_id
+from chat_agent.text import scrub
 
 __all__ = ["ConversationFiles", "FileError", "Files", "StoredFile", "clean_filename", "open_files"]
 
@@ -72,7 +73,7 @@ class StoredFile:
 
 def clean_filename(name: str | None) -> str:
     """A name fit to show: no directories, no control or bidi characters, not too long."""
-    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    base = scrub(name or "").replace("\\", "/").rsplit("/", 1)[-1]
     base = "".join(ch for ch in base if ch.isprintable()).strip()
     if len(base) > MAX_FILENAME:
         stem, dot, ext = base.rpartition(".")
@@ -105,7 +106,7 @@ class Files:
                             source=source, width=width, height=height,  # type: ignore[arg-type]
                             blob_key=f"{file_id}/original{EXTENSIONS[media_type]}", created_at=time.time())
         await self.blobs.put(record.blob_key, data, media_type)
-        await self.writer.wait_for(self.writer.submit([AddFile(record, conversation_id)]))
+        await self.writer.commit([AddFile(record, conversation_id)])
         return _stored(record)
 
     async def get(self, owner: str, file_id: str) -> StoredFile | None:
@@ -125,8 +126,7 @@ class Files:
         """Links the owner's file to the conversation (again: no change); FileError "not_found"
         for a file that is missing or someone else's."""
         await self.owned(owner, file_id)
-        ticket = self.writer.submit([AttachFile(owner, conversation_id, file_id, time.time())])
-        await self.writer.wait_for(ticket)
+        await self.writer.commit([AttachFile(owner, conversation_id, file_id, time.time())])
 
     async def in_conversation(self, owner: str, conversation_id: str) -> list[StoredFile]:
         """The conversation's files, oldest first (in the order they were attached)."""

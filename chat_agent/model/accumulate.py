@@ -15,6 +15,7 @@ from anthropic.lib.streaming._messages import accumulate_event  # the SDK's accu
 
 from chat_agent.model.types import ModelReply, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
 from chat_agent.protocol import Usage
+from chat_agent.text import scrub, scrub_json
 
 
 def usage_of(usage: Any) -> Usage:
@@ -59,8 +60,11 @@ def reply_of(message: Any, invalid: dict[str, str] | None = None) -> ModelReply:
         if data is not None and data["type"] == "tool_use" and data["id"] in invalid:
             data["input"] = {}  # what the model wrote cannot be sent back; the result says so
         if data is not None:
-            content.append(data)
-    return ModelReply(content, message.stop_reason or "end_turn", usage_of(message.usage), invalid_calls=dict(invalid),
+            # A lone surrogate can be neither stored nor sent back: repaired (U+FFFD) the
+            # way the streamed deltas were.
+            content.append(scrub_json(data))
+    return ModelReply(content, message.stop_reason or "end_turn", usage_of(message.usage),
+                      invalid_calls={k: scrub(v) for k, v in invalid.items()},
                       stop_detail=refusal_detail(message))
 
 
@@ -86,9 +90,9 @@ class ReplyAccumulator:
         elif event.type == "content_block_stop" and event.index in self._tools:
             self._check_complete(event.index)
         elif event.type == "content_block_delta" and event.delta.type == "text_delta":
-            return [TextDelta(event.delta.text)]
+            return [TextDelta(scrub(event.delta.text))]
         elif event.type == "content_block_delta" and event.delta.type == "thinking_delta":
-            return [ThinkingDelta(event.delta.thinking)]
+            return [ThinkingDelta(scrub(event.delta.thinking))]
         return []
 
     def _tool_input(self, event: Any) -> list[StreamItem]:
@@ -105,7 +109,7 @@ class ReplyAccumulator:
         if not piece or index not in self._tools:
             return []
         tool_id, name = self._tools[index]
-        return [ToolInputDelta(tool_id, name, piece)]
+        return [ToolInputDelta(tool_id, name, scrub(piece))]
 
     def _check_complete(self, index: int) -> None:
         # The SDK parses in partial mode, so JSON that simply stops short passes it; a block

@@ -20,14 +20,23 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import ArtifactState, ErrorFrame, MessageIn, StopReason, ToolInfo, VisibleMessage
+from chat_agent.protocol import ArtifactState, Done, ErrorFrame, MessageIn, StopReason, ToolInfo, VisibleMessage
 from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
 from chat_agent.sessions.prepare import TurnPreparer
-from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, Store, StoreWriter
+from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistoryItem,
+                              Store, StoreWriter)
 
 log = logging.getLogger(__name__)
+
+CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
+MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
+CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
+GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
+                  "to see what was kept.")
+Loaded = tuple[ConversationRecord, list[HistoryItem], list[HistoryItem], ArtifactRecord | None]
 
 
 class Hub:
@@ -44,6 +53,8 @@ class Hub:
         self._preparer = TurnPreparer(settings, agent, store, files, self.memories, counter)
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
+        self._recoveries: set[asyncio.Task[None]] = set()
+        writer.on_lost = self._writes_lost
 
     # ---- what is open -------------------------------------------------------------------------
 
@@ -96,7 +107,10 @@ class Hub:
         self.writer.submit([CreateConversation(owner, record.id, now)])
         return self._remember(record, [], [], None)
 
-    async def open(self, owner: str, conversation_id: str) -> LiveConversation | None:
+    async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
+        """The conversation, from memory or loaded from the store. A turn the store holds as
+        running is one nothing runs any more (this process runs every turn it started): it is
+        closed on loading, with `cut` saying why."""
         live = self._live.get(conversation_id)
         if live is not None:
             return live if live.owner == owner else None
@@ -105,25 +119,100 @@ class Hub:
             live = self._live.get(conversation_id)
             if live is not None:
                 return live if live.owner == owner else None
-            record = await self.store.get_conversation(owner, conversation_id)
-            if record is None:
+            await self.writer.flush()  # a turn that just ended may not have committed its end yet
+            loaded = await self._load(owner, conversation_id)
+            if loaded is None:
                 return None
-            visible = await self.store.load_history(owner, conversation_id, "visible")
-            model = await self.store.load_history(owner, conversation_id, "model")
-            artifact = await self.store.get_artifact(owner, conversation_id)
-            live = self._remember(record, visible, model, artifact)
+            live = self._remember(*loaded)
+            await self._close_cut_turns(live, cut)
         self._loading.pop(conversation_id, None)
         return live
 
-    def _remember(self, record: ConversationRecord, visible: list, model: list,
-                  artifact: ArtifactRecord | None) -> LiveConversation:
+    async def _load(self, owner: str, conversation_id: str) -> Loaded | None:
+        record = await self.store.get_conversation(owner, conversation_id)
+        if record is None:
+            return None
+        visible = await self.store.load_history(owner, conversation_id, "visible")
+        model = await self.store.load_history(owner, conversation_id, "model")
+        return record, visible, model, await self.store.get_artifact(owner, conversation_id)
+
+    def _parts(self, record: ConversationRecord, visible: list[HistoryItem], model: list[HistoryItem],
+               artifact: ArtifactRecord | None) -> tuple[ConversationManager, Canvas]:
         manager = ConversationManager(record.owner, record.id, visible=visible, model=model, counter=self._counter,
                                       writer=self.writer, summary_chars=self.settings.summary_chars,
-                                      max_tokens=self.settings.max_context_tokens)
+                                      max_tokens=self.settings.max_context_tokens,
+                                      overhead=record.context_overhead)
         canvas = Canvas(record.owner, record.id, artifact, self.writer, history_epoch=lambda: manager.epoch)
-        live = LiveConversation(record, manager, canvas, self.writer)
+        return manager, canvas
+
+    def _remember(self, record: ConversationRecord, visible: list[HistoryItem], model: list[HistoryItem],
+                  artifact: ArtifactRecord | None) -> LiveConversation:
+        live = LiveConversation(record, *self._parts(record, visible, model, artifact), self.writer)
         self._live[record.id] = live
         return live
+
+    async def _close_cut_turns(self, live: LiveConversation, cut: Cut) -> bool:
+        """Closes the turns the store holds as running; whether there was one."""
+        turns = await self.store.running_turns(live.id)
+        for turn in turns:
+            await close_cut_turn(live, self.store, turn, cut)
+        return bool(turns)
+
+    # ---- writes the store lost ---------------------------------------------------------------
+
+    def _writes_lost(self, scope: str) -> None:
+        """The writer could not store some of `scope`'s ops and refuses its writes until
+        whoever holds that scope's state in memory has brought it back in line."""
+        live = self._live.get(scope)
+        if live is None:
+            if scope.startswith(MEMORIES_SCOPE):
+                self.memories.forget(scope.removeprefix(MEMORIES_SCOPE))
+            self.writer.reopen(scope)  # nothing else in memory builds on it
+        elif live.writes_lost():
+            task = asyncio.get_running_loop().create_task(self._bring_back(live), name=f"bring-back:{scope}")
+            self._recoveries.add(task)
+            task.add_done_callback(self._recoveries.discard)
+
+    async def _bring_back(self, live: LiveConversation) -> None:
+        """Stops what ran, reloads the conversation from the store and tells its clients what
+        failed; when even that cannot be stored, closes their sockets so that they reconnect
+        and see what was kept (`session`, `resume`)."""
+        try:
+            stopped = await live.stop()
+            if await self._reload(live, stopped):
+                return
+        except Exception:
+            log.exception("could not bring %s back in line with the store", live.id)
+        finally:
+            live.recovered()
+        self._evict(live)
+
+    async def _reload(self, live: LiveConversation, stopped: str | None) -> bool:
+        """Whether the conversation was reloaded and its clients told, all of it stored."""
+        loaded = await self._load(live.owner, live.id)
+        if loaded is None:
+            return False  # deleted meanwhile
+        live.reload(loaded[0], *self._parts(*loaded))
+        self.writer.reopen(live.id)
+        if not await self._close_cut_turns(live, NOT_SAVED):
+            if stopped is None:
+                live.publish(ErrorFrame(code="internal", message=CHANGE_NOT_SAVED))
+            else:  # a message still being checked, or a turn whose start was lost
+                live.publish(ErrorFrame(code="internal", message=NOT_SAVED.message))
+                live.publish(Done(message_id=stopped, stop_reason="error"))
+        await self.writer.flush()
+        return not self.writer.lost(live.id)
+
+    def _evict(self, live: LiveConversation) -> None:
+        """Forgets the conversation (the next `open` loads it, closing a cut turn) and closes
+        its sockets with an `error` that has no seq, since none could be stored."""
+        error = ErrorFrame(conversation_id=live.id, code="internal", message=GONE_NOT_SAVED).to_json()
+        for listener in tuple(live.listeners):
+            listener.close(CLOSE_INTERNAL, error)
+        live.listeners.clear()
+        if self._live.get(live.id) is live:
+            del self._live[live.id]
+        self.writer.reopen(live.id)
 
     # ---- what clients ask for -------------------------------------------------------------
 
@@ -204,7 +293,7 @@ class Hub:
         elif await self.store.get_conversation(owner, conversation_id) is None:
             return False
         self.jobs.cancel(conversation_id)
-        await self.writer.wait_for(self.writer.submit([DeleteConversation(owner, conversation_id)]))
+        await self.writer.commit([DeleteConversation(owner, conversation_id)])
         return True
 
     # ---- process life -----------------------------------------------------------------------
@@ -212,6 +301,7 @@ class Hub:
     async def shutdown(self) -> None:
         """Aborts every running turn (each gets its `done`) and flushes the store."""
         await self.jobs.close()
+        await asyncio.gather(*self._recoveries, return_exceptions=True)
         busy = [live for live in self._live.values() if live.running]
         await asyncio.gather(*(live.abort() for live in busy), return_exceptions=True)
         await self.writer.flush()

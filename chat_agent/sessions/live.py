@@ -39,9 +39,7 @@ class LiveConversation:
         self.id = record.id
         self.owner = record.owner
         self.title = record.title
-        self.manager = manager
-        self.canvas = canvas
-        canvas.on_change = lambda state: self.publish(ArtifactFrame(artifact=state))
+        self._use(manager, canvas)
         self.listeners: set[Listener] = set()
         self._writer = writer
         self._seq = record.last_seq
@@ -54,6 +52,14 @@ class LiveConversation:
         self._tool_started: dict[str, float] = {}  # open tool cards: when each started
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         self._client_ids: set[str] = set()  # client message ids seen while open (the store has them all)
+        # Bumped whenever writes are lost: state shown before may not have been stored.
+        self.generation = 0
+        self._recovering = False  # being brought back in line with the store
+
+    def _use(self, manager: ConversationManager, canvas: Canvas) -> None:
+        self.manager = manager
+        self.canvas = canvas
+        canvas.on_change = lambda state: self.publish(ArtifactFrame(artifact=state))
 
     @property
     def seq(self) -> int:
@@ -61,7 +67,7 @@ class LiveConversation:
 
     @property
     def running(self) -> bool:
-        return self._task is not None or self._preparing is not None
+        return self._task is not None or self._preparing is not None or self._recovering
 
     # ---- the event log ----------------------------------------------------------------------
 
@@ -194,6 +200,38 @@ class LiveConversation:
         self.manager.clear()
         self.publish(ContextCleared())
         self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
+
+    # ---- writes the store lost --------------------------------------------------------------
+
+    def writes_lost(self) -> bool:
+        """The store lost some of this conversation's writes (the writer refuses more until it
+        is reloaded). True when the caller is to bring it back, False when that is under way."""
+        self.generation += 1
+        if self._recovering:
+            return False
+        self._recovering = True
+        return True
+
+    async def stop(self) -> str | None:
+        """Stops what runs (what it still writes is refused); the id of the reply it was
+        writing (a fresh one for a message still being checked), None if nothing ran."""
+        if self._task is None and self._preparing is None:
+            return None
+        message_id = self._reply.id if self._reply is not None else new_id("msg")
+        await self.abort()
+        return message_id
+
+    def reload(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas) -> None:
+        """Takes the state the store holds, so what clients are told next follows what was
+        stored (its seqs continue from the last stored one)."""
+        self.title = record.title
+        self._use(manager, canvas)
+        self._seq = record.last_seq
+        self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
+        self._client_ids.clear()
+
+    def recovered(self) -> None:
+        self._recovering = False
 
     async def abort(self) -> None:
         """Stops what runs (the preparation or the turn) and returns once `done` is published."""

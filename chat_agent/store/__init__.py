@@ -28,6 +28,7 @@ from chat_agent.store.ops import (
     RecordClientMessageId,
     ReplaceHistory,
     SelectArtifactVersion,
+    SetContextOverhead,
     SetMemories,
     SetTitle,
     StartTurn,
@@ -51,7 +52,7 @@ from chat_agent.store.records import (
     TurnStatus,
 )
 from chat_agent.store.sqlite import SqliteStore
-from chat_agent.store.writer import StoreWriter
+from chat_agent.store.writer import NotStored, StoreWriter
 
 __all__ = [
     "AddArtifactVersion",
@@ -76,6 +77,7 @@ __all__ = [
     "History",
     "HistoryItem",
     "MemoriesRecord",
+    "NotStored",
     "Op",
     "PruneEvents",
     "PutQuickAction",
@@ -83,6 +85,7 @@ __all__ = [
     "RecordClientMessageId",
     "ReplaceHistory",
     "SelectArtifactVersion",
+    "SetContextOverhead",
     "SetMemories",
     "SetTitle",
     "SqliteStore",

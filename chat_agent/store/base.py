@@ -80,8 +80,9 @@ class Store(ABC):
         """Stored events with seq > after_seq, ascending; at most `limit` of them."""
 
     @abstractmethod
-    async def running_turns(self) -> list[TurnRecord]:
-        """Turns still marked running, of every owner: after a crash, these were cut off."""
+    async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
+        """Turns still marked running, of every owner (or of one conversation): after a crash
+        or a write that failed, these were cut off."""
 
     @abstractmethod
     async def get_turn(self, owner: str, turn_id: str) -> TurnRecord | None:

@@ -51,6 +51,15 @@ class SetTitle:
 
 
 @dataclass(frozen=True, slots=True)
+class SetContextOverhead:
+    """Tokens a request carries besides the history (system prompt, tools), as last measured."""
+
+    owner: str
+    conversation_id: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
 class AppendEvents:
     """Stores events and raises the conversation's `last_seq` and `updated_at`.
 
@@ -221,6 +230,7 @@ Op = (
     CreateConversation
     | DeleteConversation
     | SetTitle
+    | SetContextOverhead
     | AppendEvents
     | PruneEvents
     | AppendHistory

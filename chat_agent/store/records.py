@@ -23,6 +23,7 @@ class ConversationRecord:
     created_at: float
     updated_at: float
     last_seq: int  # highest event seq ever stored; pruning never lowers it
+    context_overhead: int = 0  # tokens a request carries besides the history, as last measured
 
 
 @dataclass(slots=True)

@@ -175,8 +175,12 @@ _V3 = (
     )""",
 )
 
+# What a request carries besides the history (system prompt, tool schemas), as the API last
+# measured it: kept so a conversation's token count is the same after a reload or a restart.
+_V4 = ("ALTER TABLE conversations ADD COLUMN context_overhead INTEGER NOT NULL DEFAULT 0",)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -38,7 +38,9 @@ from chat_agent.store.writes import plan
 MEMORY = ":memory:"
 T = TypeVar("T")
 
-_CONVERSATION = "SELECT id, owner, title, created_at, updated_at, last_seq FROM conversations"
+_CONVERSATION = (
+    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead FROM conversations"
+)
 _NEWEST_FIRST = "updated_at DESC, created_at DESC, id"
 _TURN = (
     "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
@@ -183,8 +185,9 @@ class SqliteStore(Store):
         params = (conversation_id, owner, after_seq, -1 if limit is None else limit)
         return [EventRecord(*row) for row in await self._fetch(_EVENTS, params)]
 
-    async def running_turns(self) -> list[TurnRecord]:
-        rows = await self._fetch(f"{_TURN} WHERE status = 'running' ORDER BY started_at, id", ())
+    async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
+        where, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
+        rows = await self._fetch(f"{_TURN} WHERE status = 'running'{where} ORDER BY started_at, id", params)
         return [_turn(row) for row in rows]
 
     async def get_turn(self, owner: str, turn_id: str) -> TurnRecord | None:

@@ -3,22 +3,69 @@
 Callers submit operations synchronously and go on; a single task applies everything that
 queued up meanwhile in one transaction, then runs the callbacks of that batch in order.
 Frames are handed to clients from those callbacks, so a client is never told anything that
-is not already committed, and 50 streaming turns cost a handful of transactions, not
-thousands.
+is not committed, and 50 streaming turns cost a handful of transactions, not thousands.
+
+A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
+see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
+that conversation only. The ops of a scope that cannot be stored are lost: callbacks waiting
+on them never run (a submit spanning scopes is told only if all of it was stored), later
+submissions of that scope are refused until `reopen`, and `on_lost` is told, so that whoever
+holds the scope's state in memory brings it back in line with the store.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from chat_agent.store.base import ConstraintError, Store
+from chat_agent.store.base import ConstraintError, Store, StoreError
 from chat_agent.store.ops import AppendEvents, Op, op_scope
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[], None]
+
+
+class NotStored(StoreError):
+    """The ops awaited with `StoreWriter.commit` could not be stored."""
+
+
+@dataclass(slots=True, eq=False)
+class _Outcome:
+    """What waits on one submit: its callback and future, settled once every part is."""
+
+    on_commit: Callback | None
+    done: asyncio.Future[None] | None  # for `commit`
+    parts: int
+    lost: bool = False
+
+    def settle(self, committed: bool) -> None:
+        self.lost = self.lost or not committed
+        self.parts -= 1
+        if self.parts:
+            return
+        if not self.lost and self.on_commit is not None:
+            try:
+                self.on_commit()
+            except Exception:
+                log.exception("commit callback failed")
+        if self.done is not None and not self.done.done():
+            if self.lost:
+                self.done.set_exception(NotStored("the store could not save this"))
+            else:
+                self.done.set_result(None)
+
+
+@dataclass(slots=True, eq=False)
+class _Submission:
+    """The ops of one submit that belong to one scope: they stand or fall together."""
+
+    ops: list[Op]
+    scope: str
+    outcome: _Outcome
+    lost: bool = False
 
 
 def _coalesce(ops: list[Op]) -> list[Op]:
@@ -38,41 +85,73 @@ def _coalesce(ops: list[Op]) -> list[Op]:
     return merged
 
 
+def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
+    scopes: dict[str, list[Op]] = {}
+    for op in ops:
+        scopes.setdefault(op_scope(op), []).append(op)
+    return scopes
+
+
 class StoreWriter:
     def __init__(self, store: Store, *, retry_delay: float = 0.2, attempts: int = 3):
         self._store = store
-        self._ops: list[Op] = []
-        self._callbacks: list[Callback] = []
+        self._queue: list[_Submission] = []
         self._wake = asyncio.Event()
-        self._submitted = 0  # tickets: the n-th submit is committed once `_committed >= n`
-        self._committed = 0
+        self._submitted = 0  # tickets: the n-th submit is processed once `_processed >= n`
+        self._processed = 0
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._retry_delay = retry_delay
         self._attempts = attempts
         self._task: asyncio.Task[None] | None = None
         self._closing = False
+        self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
+        # Told (synchronously, from the writer's task) which scope lost writes.
+        self.on_lost: Callable[[str], None] = lambda scope: None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
 
     def submit(self, ops: Sequence[Op], on_commit: Callback | None = None) -> int:
-        """Queues ops; returns a ticket for `wait_for`. Never blocks."""
+        """Queues ops; returns a ticket for `wait_for`. Never blocks. The callback runs once
+        they are committed, and never if any of them is lost."""
+        return self._submit(ops, on_commit, None)
+
+    async def commit(self, ops: Sequence[Op]) -> None:
+        """Submits ops and returns once they are committed; NotStored if they were lost."""
+        done = asyncio.get_running_loop().create_future()
+        self._submit(ops, None, done)
+        await done
+
+    def _submit(self, ops: Sequence[Op], on_commit: Callback | None, done: asyncio.Future[None] | None) -> int:
         if self._closing:
             raise RuntimeError("store writer is closed")
-        self._ops.extend(ops)
-        if on_commit is not None:
-            self._callbacks.append(on_commit)
+        parts = _by_scope(ops) or {"": []}
+        outcome = _Outcome(on_commit, done, len(parts))
+        for scope, scope_ops in parts.items():
+            if scope in self._lost:
+                outcome.settle(committed=False)  # its state is being brought back in line
+            else:
+                self._queue.append(_Submission(scope_ops, scope, outcome))
         self._submitted += 1
         self._wake.set()
         return self._submitted
+
+    def lost(self, scope: str) -> bool:
+        """Whether the scope's writes are refused (since a failure, until `reopen`)."""
+        return scope in self._lost
+
+    def reopen(self, scope: str) -> None:
+        """Accepts the scope's writes again: its state in memory matches the store once more."""
+        self._lost.discard(scope)
 
     @property
     def ticket(self) -> int:
         return self._submitted
 
     async def wait_for(self, ticket: int) -> None:
-        """Returns once the submit that got `ticket` (and all before it) is committed."""
-        if ticket <= self._committed:
+        """Returns once the submit that got `ticket` (and all before it) is processed:
+        committed, or lost and reported to `on_lost`."""
+        if ticket <= self._processed:
             return
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((ticket, future))
@@ -92,27 +171,64 @@ class StoreWriter:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            ops, callbacks, ticket = self._ops, self._callbacks, self._submitted
-            self._ops, self._callbacks = [], []
-            if ops:
-                await self._apply(_coalesce(ops))
-            self._committed = ticket
-            for callback in callbacks:
-                try:
-                    callback()
-                except Exception:
-                    log.exception("commit callback failed")
+            batch, ticket = self._queue, self._submitted
+            self._queue = []
+            if batch:
+                await self._write(batch)
+            self._processed = ticket
+            for submission in batch:
+                submission.outcome.settle(committed=not submission.lost)
             self._release(ticket)
 
-    async def _apply_apart(self, ops: list[Op]) -> None:
-        groups: dict[str, list[Op]] = {}
-        for op in ops:
-            groups.setdefault(op_scope(op), []).append(op)
-        for scope, group in groups.items():
-            try:
-                await self._store.apply(group)
-            except Exception:
-                log.critical("dropped %d operations of %s", len(group), scope, exc_info=True)
+    async def _write(self, batch: list[_Submission]) -> None:
+        error = await self._try(batch)
+        if error is None:
+            return
+        log.warning("a store commit of %d submissions failed (%s); retrying scope by scope", len(batch), error)
+        pending: dict[str, list[_Submission]] = {}
+        for submission in batch:
+            pending.setdefault(submission.scope, []).append(submission)
+        # A busy or briefly failing disk gets a few more tries; a broken constraint never heals.
+        for attempt in range(1, self._attempts + 1):
+            failed: dict[str, tuple[list[_Submission], Exception]] = {}
+            for scope, submissions in pending.items():
+                error = await self._try(submissions)
+                if error is not None:
+                    failed[scope] = (submissions, error)
+            pending = {}
+            for scope, (submissions, error) in failed.items():
+                if isinstance(error, ConstraintError) or attempt == self._attempts:
+                    self._lose(scope, submissions, error)
+                else:
+                    pending[scope] = submissions
+            if not pending:
+                return
+            await asyncio.sleep(self._retry_delay * attempt)
+
+    async def _try(self, submissions: list[_Submission]) -> Exception | None:
+        """Commits the submissions' ops in one transaction; the error if that failed."""
+        try:
+            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return exc
+        return None
+
+    def _lose(self, scope: str, submissions: list[_Submission], error: Exception) -> None:
+        log.error("could not store %d operations of %s; its writes are refused until it is reloaded",
+                  sum(len(s.ops) for s in submissions), scope, exc_info=error)
+        for submission in submissions:
+            submission.lost = True
+        # What was queued behind them builds on them: it is lost as well.
+        for submission in [s for s in self._queue if s.scope == scope]:
+            self._queue.remove(submission)
+            submission.outcome.settle(committed=False)
+        self._lost.add(scope)
+        try:
+            self.on_lost(scope)
+        except Exception:
+            log.exception("on_lost failed for %s", scope)
 
     def _release(self, ticket: int) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []
@@ -123,22 +239,3 @@ class StoreWriter:
             else:
                 still.append((wanted, future))
         self._waiters = still
-
-    async def _apply(self, ops: list[Op]) -> None:
-        # A busy or briefly failing disk gets a few more tries before the batch is given up:
-        # a batch that fails every time is a bug, and stalling every conversation behind it
-        # would be worse than losing it (loudly).
-        for attempt in range(1, self._attempts + 1):
-            try:
-                await self._store.apply(ops)
-                return
-            except asyncio.CancelledError:
-                raise
-            except ConstraintError:
-                await self._apply_apart(ops)  # a bug in one conversation's ops: spare the others
-                return
-            except Exception:
-                log.exception("store commit failed (attempt %d of %d)", attempt, self._attempts)
-                if attempt < self._attempts:
-                    await asyncio.sleep(self._retry_delay * attempt)
-        log.critical("dropped a batch of %d store operations after %d attempts", len(ops), self._attempts)

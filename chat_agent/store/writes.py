@@ -31,6 +31,7 @@ from chat_agent.store.ops import (
     ReplaceHistory,
     SelectArtifactVersion,
     SetMemories,
+    SetContextOverhead,
     SetTitle,
     StartTurn,
     UpsertHistoryItem,
@@ -54,6 +55,7 @@ CREATE_CONVERSATION = (
 )
 DELETE_CONVERSATION = "DELETE FROM conversations WHERE id = ?1 AND owner = ?2"
 SET_TITLE = "UPDATE conversations SET title = ?3 WHERE id = ?1 AND owner = ?2"
+SET_OVERHEAD = "UPDATE conversations SET context_overhead = ?3 WHERE id = ?1 AND owner = ?2"
 # A trigger raises the conversation's last_seq and updated_at (see schema.py).
 INSERT_EVENT = (
     "INSERT INTO events (conversation_id, seq, type, turn_id, frame, stored_at)"
@@ -142,11 +144,12 @@ ATTACH_FILE = (
 # What each statement touches, for `plan`. Events' trigger and SetTitle both update the
 # conversation row, but different columns, so they commute.
 _WHOLE = "*"  # creating or deleting a conversation orders against all of its rows
-_TABLES = ("title", "events", "history", "turns", "client_ids", "artifact", "files")
+_TABLES = ("title", "overhead", "events", "history", "turns", "client_ids", "artifact", "files")
 _TABLE = {
     CREATE_CONVERSATION: _WHOLE,
     DELETE_CONVERSATION: _WHOLE,
     SET_TITLE: "title",
+    SET_OVERHEAD: "overhead",
     INSERT_EVENT: "events",
     PRUNE_EVENTS: "events",
     APPEND_ITEM: "history",
@@ -211,6 +214,8 @@ def statements(op: Op) -> list[Step]:
             return [(DELETE_CONVERSATION, [(op.conversation_id, op.owner)])]
         case SetTitle():
             return [(SET_TITLE, [(op.conversation_id, op.owner, op.title)])]
+        case SetContextOverhead():
+            return [(SET_OVERHEAD, [(op.conversation_id, op.owner, op.tokens)])]
         case AppendEvents():
             return _append_events(op)
         case PruneEvents():

@@ -15,6 +15,7 @@ from chat_agent.tooling._adapter import NO_ARTIFACT, Adapter
 from chat_agent.tooling._progress import Pulse
 from chat_agent.tooling._schema import anthropic_schema
 from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices
+from chat_agent.text import scrub, scrub_json
 
 logger = logging.getLogger("chat_agent.tools")
 
@@ -129,8 +130,10 @@ class ToolRegistry:
             return self._error(f"Tool {adapter.name} timed out after {adapter.timeout:g} s")
         except Exception as exc:
             return self._failure(adapter.name, exc)
-        content = self._cap(_as_content(content))
-        return ToolResult(content, content if artifact is NO_ARTIFACT else artifact, is_error)
+        # Text from anywhere (a web page, a file, a library): a lone surrogate becomes U+FFFD
+        # here, once, so the model, the client and the store all see the same text.
+        content = self._cap(scrub_json(_as_content(content)))
+        return ToolResult(content, content if artifact is NO_ARTIFACT else scrub_json(artifact), is_error)
 
     def _check_new(self, name: str) -> None:
         if not _NAME.match(name):
@@ -149,7 +152,7 @@ class ToolRegistry:
         return self._error(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
 
     def _error(self, message: str) -> ToolResult:
-        message = self._cap(message)
+        message = self._cap(scrub(message))
         return ToolResult(message, message, True)
 
     def _cap(self, content: str | list[dict]) -> str | list[dict]:

@@ -22,6 +22,7 @@ from chat_agent.tooling import ToolRegistry
 from chat_agent.web import canvas_routes, http, upload_routes
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
+from chat_agent.web.backlog import Backlogs
 from chat_agent.web.ws import chat_endpoint
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer))
         await recover(hub)
         app.state.hub = hub
+        app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
         log.info("chat-agent ready: model %s, tools %s", settings.model, ", ".join(tools.enabled()) or "none")
         try:
             yield

@@ -18,6 +18,7 @@ from chat_agent.sessions.hub import Hub
 from chat_agent.canvas.memory import validate_memories
 from chat_agent.store import DeleteQuickAction, MemoriesRecord, PutQuickAction, QuickActionRecord
 from chat_agent.ids import new_id
+from chat_agent.text import all_encodable
 
 MAX_BODY = 64 * 1024
 
@@ -38,10 +39,14 @@ async def _json_body(request: Request) -> dict[str, Any]:
         raise _BodyTooLarge(f"The body is over {MAX_BODY} bytes.")
     try:
         data = json.loads(body)
+    except RecursionError:
+        raise ValueError("the body is nested too deeply") from None
     except ValueError:
         raise ValueError("the body is not valid JSON") from None
     if not isinstance(data, dict):
         raise ValueError("the body must be a JSON object")
+    if not all_encodable(data):
+        raise ValueError("the body holds text that is not valid Unicode (a lone surrogate such as \\ud800)")
     return data
 
 

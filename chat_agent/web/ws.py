@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 from collections import deque
 from dataclasses import dataclass
 
@@ -18,12 +19,15 @@ from chat_agent.sessions.live import LiveConversation
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
+from chat_agent.text import all_encodable
+from chat_agent.web.backlog import Backlogs
 
 log = logging.getLogger(__name__)
 
-CLOSE_UNAUTHORIZED, CLOSE_NOT_FOUND, CLOSE_TRY_AGAIN = 4401, 4404, 1013
-MAX_BACKLOG = 64 << 20  # characters queued for a client that does not read; past that it must resume
+CLOSE_UNAUTHORIZED, CLOSE_NOT_FOUND, CLOSE_TRY_AGAIN, CLOSE_INTERNAL = 4401, 4404, 1013, 1011
 LOCAL_CODES = {"invalid_frame", "unknown_type", "empty_message", "too_large"}  # answers to malformed frames
+# How a socket that went away shows itself; anything else ending a loop is a failure of ours.
+GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
 
 @dataclass(slots=True)
@@ -33,77 +37,98 @@ class _Replay:
 
 class Connection:
     """A listener on one conversation. Frames queue here and one task writes them, so a slow
-    socket never holds up the turn or other clients."""
+    socket never holds up the turn or other clients; `Backlogs` bounds what may queue."""
 
-    def __init__(self, ws: WebSocket, hub: Hub, owner: str):
+    def __init__(self, ws: WebSocket, hub: Hub, owner: str, backlogs: Backlogs):
         self.ws = ws
         self.hub = hub
         self.owner = owner
         self.live: LiveConversation | None = None
-        self._out: deque[tuple[int | None, str] | _Replay] = deque()
+        self._out: deque[tuple[int | None, str, int] | _Replay] = deque()
         self._wake = asyncio.Event()
         self._last_seq = 0
-        self._backlog = 0  # characters queued and not yet sent
+        self._backlogs = backlogs
+        self._sender: asyncio.Task[None] | None = None
         self._closing: tuple[int, str | None] | None = None
+        self._left = False  # the client closed the socket
 
     # ---- Listener ---------------------------------------------------------------------------
 
     def deliver(self, seq: int, text: str) -> None:
-        if self._backlog > MAX_BACKLOG:
-            self.close(CLOSE_TRY_AGAIN)
-            return
-        self._backlog += len(text)
-        self._out.append((seq, text))
-        self._wake.set()
+        self._queue(seq, text)
 
     def close(self, code: int, text: str | None = None) -> None:
         if self._closing is None:
             self._closing = (code, text)
             self._wake.set()
 
+    def drop_behind(self, queued: int) -> None:
+        self._out.clear()
+        self.close(CLOSE_TRY_AGAIN)
+        if self._sender is not None:
+            self._sender.cancel()  # it may be stuck writing to a client that does not read
+
     # ---- serving ----------------------------------------------------------------------------
 
     async def serve(self, live: LiveConversation) -> None:
         self.live = live
         session, ticket = live.snapshot(self.hub.tools())
+        generation = live.generation
         self._last_seq = session.seq or 0
         text = session.to_json()
         del session  # an idle connection should not keep its snapshot alive
         await self.hub.writer.wait_for(ticket)  # never show state a crash could still take back
+        if live.generation != generation:
+            await self.ws.close(CLOSE_INTERNAL)  # a write of that state failed: reconnect to see what was kept
+            return
         await self.ws.send_text(text)
         del text
-        sender = asyncio.create_task(self._send_loop())
+        self._sender = asyncio.create_task(self._send_loop())
+        receiver = asyncio.create_task(self._receive_loop())
         try:
-            await self._receive_loop()
+            await asyncio.wait((self._sender, receiver), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            sender.cancel()
-            await asyncio.gather(sender, return_exceptions=True)
+            for task in (self._sender, receiver):
+                task.cancel()
+            await asyncio.gather(self._sender, receiver, return_exceptions=True)
+            self._backlogs.forget(self)
+        await self._end(_failure(self._sender, receiver))
+
+    async def _end(self, failure: BaseException | None) -> None:
+        """Closes the socket as the way the loops ended says: our failure (1011, never a
+        socket left half alive), a close asked for, or nothing when the client left."""
+        if failure is not None:
+            log.error("connection to conversation %s failed; closing it (%d)", self.live.id, CLOSE_INTERNAL,
+                      exc_info=failure)
+            frame = ErrorFrame(conversation_id=self.live.id, code="internal",
+                               message="The server failed on this connection; reconnect and resume.")
+            code, text = CLOSE_INTERNAL, frame.to_json()
+        elif self._closing is not None and not self._left:
+            code, text = self._closing
+        else:
+            return
+        if text is not None:
+            await self.ws.send_text(text)
+        await self.ws.close(code)
 
     async def _send_loop(self) -> None:
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                while self._out:
-                    item = self._out.popleft()
-                    if isinstance(item, _Replay):
-                        await self._replay(item.after_seq)
-                        continue
-                    seq, text = item
-                    if seq is not None:
-                        self._backlog -= len(text)
-                        if seq <= self._last_seq:
-                            continue  # already in the snapshot or a replay
-                        self._last_seq = seq
-                    await self.ws.send_text(text)
-                if self._closing is not None:
-                    code, text = self._closing
-                    if text is not None:
-                        await self.ws.send_text(text)
-                    await self.ws.close(code)
-                    return
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            return  # the socket went away; the receive loop notices too
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._out:
+                item = self._out.popleft()
+                if isinstance(item, _Replay):
+                    await self._replay(item.after_seq)
+                    continue
+                seq, text, size = item
+                self._backlogs.sent(self, size)
+                if seq is not None:
+                    if seq <= self._last_seq:
+                        continue  # already in the snapshot or a replay
+                    self._last_seq = seq
+                await self.ws.send_text(text)
+            if self._closing is not None:
+                return
 
     async def _replay(self, after_seq: int) -> None:
         live = self.live
@@ -114,10 +139,13 @@ class Connection:
 
     async def _receive_loop(self) -> None:
         limit = self.hub.settings.max_frame_bytes
-        while self._closing is None:
+        while True:
             message = await self.ws.receive()
             if message["type"] == "websocket.disconnect":
+                self._left = True
                 return
+            if self._closing is not None:
+                continue  # on its way out: nothing more is acted on
             text = message.get("text")
             if text is None:
                 self._local_error("invalid_frame", "Frames must be JSON text, not binary.")
@@ -174,8 +202,9 @@ class Connection:
             case EditArtifactIn(content=content, title=title):
                 hub.edit_artifact(live, content, title)
             case ResumeIn(after_seq=after_seq):
-                self._out.append(_Replay(after_seq))
-                self._wake.set()
+                if self._closing is None:
+                    self._out.append(_Replay(after_seq))
+                    self._wake.set()
             case PingIn():
                 self._send_local(Pong(conversation_id=live.id).to_json())
 
@@ -184,13 +213,36 @@ class Connection:
         self._send_local(ErrorFrame(conversation_id=conversation_id, code=code, message=message).to_json())
 
     def _send_local(self, text: str) -> None:
-        self._out.append((None, text))
+        self._queue(None, text)
+
+    def _queue(self, seq: int | None, text: str) -> None:
+        if self._closing is not None:
+            return  # on its way out: nothing more is sent
+        # What the string really holds in memory (1, 2 or 4 bytes a character), in O(1).
+        size = sys.getsizeof(text)
+        self._out.append((seq, text, size))
         self._wake.set()
+        self._backlogs.add(self, size)  # last: it may drop this connection, or another
+
+
+def _failure(*tasks: asyncio.Task[None]) -> BaseException | None:
+    """The exception that ended one of the loops, unless it only says the socket went away."""
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            exc = task.exception()
+            if exc is not None and not isinstance(exc, GONE):
+                return exc
+    return None
+
+
+_TOO_DEEP = "The frame is nested too deeply."
 
 
 def _parse(text: str) -> object:
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise FrameRejected("invalid_frame", _TOO_DEEP) from None
     except ValueError:
         raise FrameRejected("invalid_frame", "The frame is not valid JSON.") from None
     if not isinstance(data, dict):
@@ -200,8 +252,13 @@ def _parse(text: str) -> object:
         raise FrameRejected("invalid_frame", "A frame needs a string `type`.")
     if kind not in CLIENT_TYPES:
         raise FrameRejected("unknown_type", f"Unknown frame type {kind!r}.")
+    if not all_encodable(data):
+        raise FrameRejected("invalid_frame", "The frame holds text that is not valid Unicode (a lone surrogate "
+                                             "such as \\ud800); nothing of it was kept.")
     try:
         return client_frames.validate_python(data)
+    except RecursionError:
+        raise FrameRejected("invalid_frame", _TOO_DEEP) from None
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "frame"
@@ -218,7 +275,7 @@ async def chat_endpoint(ws: WebSocket) -> None:
         await ws.close(CLOSE_UNAUTHORIZED)
         return
     conversation_id = ws.query_params.get("conversationId") or None
-    connection = Connection(ws, hub, owner)
+    connection = Connection(ws, hub, owner, ws.app.state.backlogs)
     live = await hub.attach(owner, conversation_id, connection)
     if live is None:
         frame = ErrorFrame(conversation_id=conversation_id or "", code="not_found", message="No such conversation.")

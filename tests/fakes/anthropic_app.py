@@ -174,10 +174,49 @@ def _check_headers(headers: Any) -> None:
 
 
 async def _read_json(request: Request) -> Any:
+    raw = await request.body()
     try:
-        return json.loads(await request.body())
+        body = json.loads(raw)
     except ValueError:
         raise invalid("There was an error parsing the body: invalid JSON") from None
+    lone = _lone_surrogate(raw.decode()) if _has_surrogate(body) else None
+    if lone is not None:
+        # Python's json accepts `\ud800`; the real API's parser does not, and says so this way.
+        raise invalid(f"The request body is not valid JSON: no low surrogate in string: line 1 column {lone + 1}"
+                      f" (char {lone})")
+    return body
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD]([89a-fA-F])[0-9a-fA-F]{2}")
+
+
+def _has_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if any("\ud800" <= ch <= "\udfff" for ch in item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def _lone_surrogate(text: str) -> int:
+    """Where the first escape of an unpaired surrogate starts (0 if it cannot be told)."""
+    escapes = list(_SURROGATE_ESCAPE.finditer(text))
+    i = 0
+    while i < len(escapes):
+        high = escapes[i].group(1).lower() in "89ab"
+        paired = (high and i + 1 < len(escapes) and escapes[i + 1].start() == escapes[i].end()
+                  and escapes[i + 1].group(1).lower() in "cdef")
+        if not paired:
+            return escapes[i].start()
+        i += 2
+    return 0
 
 
 async def _respond(backend: FakeBackend, body: dict[str, Any], record: RecordedRequest) -> Response | _Guarded:

@@ -15,7 +15,8 @@ export function describe(frame: ServerFrame): string {
     case "session":
       return `${frame.conversationId} at ${frame.seq + 0}: ${frame.messages.length} messages, ` +
         `${frame.context.tokens}/${frame.context.maxTokens} tokens, running ${frame.running}, ` +
-        `tools ${frame.tools.map((t) => t.name).join()}, protocol ${frame.protocolVersion + 0}`;
+        `tools ${frame.tools.map((t) => t.name).join()}, protocol ${frame.protocolVersion + 0}, ` +
+        `features ${frame.features.join()}, last ${frame.messages.map((m) => m.parts.map(part).join("|")).pop() ?? ""}`;
     case "content_chunk":
     case "thinking_chunk":
       return `${frame.messageId} #${frame.seq + 1}: ${frame.content.length}`;
@@ -37,13 +38,31 @@ export function describe(frame: ServerFrame): string {
     case "context_cleared":
       return `cleared at ${frame.seq + 0}`;
     case "done":
-      return `${frame.messageId} ${frame.stopReason} ${frame.usage.inputTokens + frame.usage.outputTokens}`;
+      return `${frame.messageId} ${frame.stopReason} ${frame.usage.inputTokens + frame.usage.outputTokens}` +
+        (frame.detail === undefined ? "" : ` (${frame.detail})`);
     case "error":
       return `${frame.code}: ${frame.message}${frame.seq === undefined ? "" : ` at ${frame.seq}`}`;
     case "pong":
       return "pong";
     default:
       return unhandled(frame);
+  }
+}
+
+// A visible message's parts (PROTOCOL 1.1) are a discriminated union too.
+type Part = Extract<ServerFrame, { type: "session" }>["messages"][number]["parts"][number];
+
+function part(p: Part): string {
+  switch (p.type) {
+    case "text":
+    case "thinking":
+      return `${p.type} ${p.text.length}`;
+    case "tool":
+      return `${p.name} ${p.toolId} ${p.isError ? "failed" : "ok"}`;
+    case "attachment":
+      return `attachment ${p.kind}`;
+    default:
+      return unhandled(p);
   }
 }
 

@@ -1,0 +1,61 @@
+"""Closing a turn the store still holds as running although nothing runs it: the process died
+during it (start-up recovery), or its writes could not be stored (the writer lost them).
+
+What the user saw of such a turn is rebuilt from the event log (frames reach clients only
+once committed), the model-facing history is made valid again, and the conversation's
+listeners get the ending they missed: open tool cards closed, an `error`, and `done`,
+through the same `finish` a running turn ends with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chat_agent.protocol import (ContentChunk, ContextUpdate, ErrorFrame, MessageStatus, Usage, VisibleMessage,
+                                 server_frames)
+from chat_agent.sessions.fold import fold
+from chat_agent.sessions.live import LiveConversation
+from chat_agent.store import Store, TurnRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """Why a turn was cut, as the model (its history) and the user (an `error`) are told."""
+
+    note: str  # ends the reply in the model-facing history
+    result: str  # the result of a tool call that never finished
+    message: str  # the `error` frame's message
+    status: MessageStatus  # of the reply and of the stored turn
+
+
+RESTARTED = Cut(
+    note="[This reply was interrupted by a server restart.]",
+    result="Interrupted: the server restarted before this tool finished.",
+    message="The server restarted while this reply was being written; it stopped here.",
+    status="interrupted",
+)
+NOT_SAVED = Cut(
+    note="[This reply was cut off: the server could not save it.]",
+    result="Cut off: the server could not save this tool's result.",
+    message="The server could not save this reply (its storage failed), so it stopped here.",
+    status="error",
+)
+
+
+async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> None:
+    events = await store.events_after(record.owner, record.conversation_id, record.first_seq - 1)
+    reply = VisibleMessage(id=record.message_id, role="assistant", created_at=record.started_at, status="streaming")
+    unfinished: list[str] = []  # text of the model call that never completed
+    for event in events:
+        if event.turn_id != record.id:
+            continue
+        frame = server_frames.validate_json(event.frame)
+        fold(reply, frame)
+        if isinstance(frame, ContentChunk):
+            unfinished.append(frame.content)
+        elif isinstance(frame, ContextUpdate):  # sent once a call's reply is in the history
+            unfinished.clear()
+    live.manager.repair("".join(unfinished), cut.note, cut.result)
+    live.adopt(record, reply)
+    live.publish(ErrorFrame(code="internal", message=cut.message))
+    live.finish("error", Usage(), status=cut.status)
