@@ -44,6 +44,13 @@ def fake_anthropic() -> Iterator[ScriptedFake]:
         yield fake
 
 
+@pytest.fixture(autouse=True)
+def _empty_script(request: pytest.FixtureRequest) -> None:
+    """Each test that scripts the shared fake starts with nothing queued."""
+    if "fake_anthropic" in request.fixturenames:
+        request.getfixturevalue("fake_anthropic").drop_queue()
+
+
 @pytest.fixture
 async def db(tmp_path: Path):
     """A real SQLite store in a temp dir with its group-commit writer running."""

@@ -95,6 +95,10 @@ class FakeBackend:
             self._queue.clear()
             self.requests.clear()
 
+    def drop_queue(self) -> None:
+        with self._lock:
+            self._queue.clear()
+
     def open_record(self, request: Request) -> RecordedRequest:
         record = RecordedRequest(request.url.path, dict(request.headers))
         with self._lock:

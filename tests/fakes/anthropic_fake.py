@@ -115,6 +115,11 @@ class FakeAnthropic:
         """Forget queued items and logged requests (the prompt cache and signatures stay)."""
         self._backend.clear()
 
+    def drop_queue(self) -> None:
+        """Forget queued items only: what one test queued and never used (its server was
+        killed mid-turn, say) must not answer the next test's calls."""
+        self._backend.drop_queue()
+
     @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
