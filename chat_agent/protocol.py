@@ -107,8 +107,7 @@ class AttachmentPart(Model):
     ("image" or "document") is `kind` here, since `type` names the part."""
 
     # Descriptions are open-ended (an older or newer server may add keys): keep what is there.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True,
-                              extra="allow")
+    model_config = ConfigDict(extra="allow")  # merged with Model's
     type: Literal["attachment"] = "attachment"
     kind: Literal["image", "document"]
     file_id: str | None = Field(default=None, exclude_if=_omit_none)
@@ -317,7 +316,7 @@ class Done(ServerFrame):
     stop_reason: StopReason
     usage: Usage = Field(default_factory=Usage)
     # 1.1 "Refusals say why": the API's explanation of a refusal, when it gives one.
-    detail: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    detail: str | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ErrorFrame(ServerFrame):

@@ -24,6 +24,7 @@ from chat_agent.agent.partial import FieldStream
 from chat_agent.context.prompting import cached_tools, with_breakpoint
 from chat_agent.context.summary import SYSTEM_PROMPT as SUMMARY_PROMPT
 from chat_agent.context.summary import window
+from chat_agent.text import shorten
 from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices
 
 log = logging.getLogger(__name__)
@@ -199,8 +200,7 @@ def _not_run(calls: list[dict[str, Any]], stop_reason: str) -> list[Event]:
 
 
 def _invalid_result(raw: str) -> ToolResult:
-    shown = raw if len(raw) <= INVALID_JSON_SHOWN else raw[:INVALID_JSON_SHOWN] + "…"
-    message = INVALID_JSON_RESULT.format(raw=shown)
+    message = INVALID_JSON_RESULT.format(raw=shorten(raw, INVALID_JSON_SHOWN))
     return ToolResult(content=message, output=message, is_error=True)
 
 

@@ -95,9 +95,10 @@ class ConversationManager:
     def add_user(self, content: str | list[dict[str, Any]]) -> None:
         """A user message; merged into a trailing user message (e.g. tool results left by an
         aborted turn) because the API wants roles to alternate."""
-        self._add_user_blocks(_blocks(content))
+        blocks = _blocks(content)
+        self._add_user_blocks(blocks)
         last = self._items[-1]
-        self._exchange = (last.id, len(_blocks(last.data["content"])) - len(_blocks(content)))
+        self._exchange = (last.id, len(_blocks(last.data["content"])) - len(blocks))
 
     def _add_user_blocks(self, blocks: list[dict[str, Any]]) -> None:
         if self.messages and self.messages[-1]["role"] == "user":

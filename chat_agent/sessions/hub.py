@@ -31,6 +31,7 @@ from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversa
 
 log = logging.getLogger(__name__)
 
+CLOSE_NOT_FOUND = 4404  # the conversation is gone
 CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
 MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
 CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
@@ -206,13 +207,18 @@ class Hub:
     def _evict(self, live: LiveConversation) -> None:
         """Forgets the conversation (the next `open` loads it, closing a cut turn) and closes
         its sockets with an `error` that has no seq, since none could be stored."""
-        error = ErrorFrame(conversation_id=live.id, code="internal", message=GONE_NOT_SAVED).to_json()
+        self._close_all(live, CLOSE_INTERNAL, ErrorFrame(conversation_id=live.id, code="internal",
+                                                         message=GONE_NOT_SAVED))
+        self.writer.reopen(live.id)
+
+    def _close_all(self, live: LiveConversation, code: int, frame: ErrorFrame) -> None:
+        """Closes every socket on the conversation with `frame` and forgets it."""
+        text = frame.to_json()
         for listener in tuple(live.listeners):
-            listener.close(CLOSE_INTERNAL, error)
+            listener.close(code, text)
         live.listeners.clear()
         if self._live.get(live.id) is live:
             del self._live[live.id]
-        self.writer.reopen(live.id)
 
     # ---- what clients ask for -------------------------------------------------------------
 
@@ -285,11 +291,8 @@ class Hub:
         live = self.live(owner, conversation_id)
         if live is not None:
             await live.abort()
-            gone = ErrorFrame(conversation_id=conversation_id, code="not_found", message="This conversation was deleted.")
-            for listener in tuple(live.listeners):
-                listener.close(4404, gone.to_json())
-            live.listeners.clear()
-            self._live.pop(conversation_id, None)
+            self._close_all(live, CLOSE_NOT_FOUND, ErrorFrame(conversation_id=conversation_id, code="not_found",
+                                                              message="This conversation was deleted."))
         elif await self.store.get_conversation(owner, conversation_id) is None:
             return False
         self.jobs.cancel(conversation_id)

@@ -13,7 +13,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from chat_agent.canvas.export import ExportError, export_artifact
-from chat_agent.web.http import authed, error
+from chat_agent.web.errors import error
+from chat_agent.web.http import authed
 from chat_agent.sessions.hub import Hub
 from chat_agent.canvas.memory import validate_memories
 from chat_agent.store import DeleteQuickAction, MemoriesRecord, PutQuickAction, QuickActionRecord

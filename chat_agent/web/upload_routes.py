@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from chat_agent.files.catalog import FileError
-from chat_agent.web.http import authed, error
+from chat_agent.web.errors import error
+from chat_agent.web.http import authed
 from chat_agent.sessions.hub import Hub
 
 # Room for the multipart boundaries and part headers around the file itself.

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chat_agent.web.auth import authenticate
-from chat_agent.sessions.hub import Hub
+from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
@@ -24,7 +24,7 @@ from chat_agent.web.backlog import Backlogs
 
 log = logging.getLogger(__name__)
 
-CLOSE_UNAUTHORIZED, CLOSE_NOT_FOUND, CLOSE_TRY_AGAIN, CLOSE_INTERNAL = 4401, 4404, 1013, 1011
+CLOSE_UNAUTHORIZED, CLOSE_TRY_AGAIN = 4401, 1013
 LOCAL_CODES = {"invalid_frame", "unknown_type", "empty_message", "too_large"}  # answers to malformed frames
 # How a socket that went away shows itself; anything else ending a loop is a failure of ours.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
