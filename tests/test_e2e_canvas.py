@@ -44,7 +44,7 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     fake_anthropic.enqueue(Reply([ToolUse("set_title", {"title": "Spring Poem Drafting"})]),
                            when=lambda body: body.get("model") == SMALL_MODEL and "set_title" in json.dumps(body))
     frames = await turn(ws, fake_anthropic, Reply([Text("Drafting."), ToolUse(
-        "generate_artifact", {"title": "Spring", "type": "text", "content": POEM})], chunk_size=9),
+        "generate_artifact", {"title": "Spring", "type": "text", "content": POEM})], chunk_size=9, delay=0.06),
         Reply("Here is your poem."), content="write a spring poem")
     kinds = [f["type"] for f in frames]
     chunks = [f for f in frames if f["type"] == "artifact_chunk"]

@@ -19,6 +19,7 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.ids import new_id
 from chat_agent.protocol import (ArtifactFrame, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
                                  ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
+from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
 from chat_agent.sessions.runner import drive
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, Op, PruneEvents,
@@ -43,6 +44,7 @@ class LiveConversation:
         self.listeners: set[Listener] = set()
         self._writer = writer
         self._seq = record.last_seq
+        self._deltas = DeltaCoalescer(self._log)
         # The turn, owned here alone. A message whose attachments are being checked has not
         # started its turn yet, but the conversation is busy and `abort` cancels it.
         self._preparing: asyncio.Task[Any] | None = None
@@ -71,9 +73,17 @@ class LiveConversation:
 
     # ---- the event log ----------------------------------------------------------------------
 
-    def publish(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> int:
+    def publish(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
         """Gives the frame its seq, logs it (as part of the running turn, if any), and hands
-        it to every listener once committed."""
+        it to every listener once committed. Streamed deltas are merged for a few ms first
+        (see `coalesce`); any other frame sends the held one before itself."""
+        if isinstance(frame, DELTAS) and not ops:
+            self._deltas.offer(frame)
+            return
+        self._deltas.flush()
+        self._log(frame, ops)
+
+    def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
         self._seq += 1
         seq = self._seq
         frame.conversation_id = self.id
@@ -84,7 +94,6 @@ class LiveConversation:
         text = frame.to_json()
         event = EventRecord(conversation_id=self.id, seq=seq, type=frame.type, turn_id=self._turn_id, frame=text)
         self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))], lambda: self._deliver(seq, text))
-        return seq
 
     def _track_tools(self, frame: ServerFrame) -> None:
         if isinstance(frame, ToolStart):
