@@ -68,7 +68,9 @@ async def test_a_refused_write_fails_that_turn_only(make_server, tmp_path, fake_
     assert error["type"] == "error" and error["code"] == "internal" and "could not save" in error["message"]
     assert done["stopReason"] == "error"
     # At most seqs 1 to 10 were stored (fewer when they shared a transaction with seq 11).
-    assert len(seen_a) <= 12 and text_of(seen_a) == "chunk " * (len(seen_a) - 2), [f["type"] for f in seen_a]
+    # (a frame may hold several of the model's deltas: the server merges those within 50 ms)
+    text = text_of(seen_a)
+    assert len(seen_a) <= 12 and text and text == "chunk " * (len(text) // 6), [f["type"] for f in seen_a]
     assert await replay(server, ida) == seen_a
     reply = server.get(f"/api/conversations/{ida}")[1]["messages"][-1]
     assert reply["role"] == "assistant" and reply["status"] == "error" and reply["content"] == text_of(seen_a)
