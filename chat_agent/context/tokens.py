@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+from collections import OrderedDict
 from typing import Any
 
 import tiktoken
@@ -21,14 +22,29 @@ IMAGE_TOKENS = 1600  # what a full-size image costs the model, per Anthropic's g
 PIXELS_PER_TOKEN = 750  # Anthropic's estimate for an image: width × height / 750 tokens
 _HEADER_CHARS = 65_536  # base64 characters decoded to read an image's size (a multiple of 4)
 BLOCK_OVERHEAD = 4
+# Texts counted again and again (the system prompt and tool schemas every new conversation
+# starts with, a user's memories) are remembered: counting 20 KB costs ~1 ms, looking it up
+# a few µs. Only mid-sized texts: short ones are cheap to count, huge ones too big to keep.
+CACHED_CHARS = (1024, 65_536)
+CACHE_ENTRIES = 256
 
 
 class TokenCounter:
     def __init__(self, encoding: str = ENCODING):
         self._encoding = tiktoken.get_encoding(encoding)
+        self._cache: OrderedDict[str, int] = OrderedDict()
 
     def text(self, text: str) -> int:
-        return len(self._encoding.encode_ordinary(text)) if text else 0
+        if not CACHED_CHARS[0] <= len(text) <= CACHED_CHARS[1]:
+            return len(self._encoding.encode_ordinary(text)) if text else 0
+        count = self._cache.get(text)
+        if count is None:
+            count = self._cache[text] = len(self._encoding.encode_ordinary(text))
+            if len(self._cache) > CACHE_ENTRIES:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(text)
+        return count
 
     def content(self, content: str | list[dict[str, Any]]) -> int:
         if isinstance(content, str):
