@@ -18,11 +18,15 @@ fast as it can (the whole reply is in the server's socket buffer at once), abort
 after the message was sent, whatever has arrived by then. It shows how long the server
 takes to notice an abort while it is busy relaying a burst; the turn may finish first.
 
+All of it runs while BACKGROUND other sessions (default 50) stream replies without pause
+(`[[long 1000]]` paced at one event every 20 ms, i.e. ~2,000 characters a second each, a
+fast model): abort must not queue behind their frames.
+
 Checked for every abort: `done` has stopReason `aborted`, a tool abort closed its card with
 `tool_end` isError before `done`, and no `sleep` child process outlives the run.
 Target: p99 ≤ 100 ms over all aborts; the ratio is p99 / 100 ms.
 
-    python bench/abort_latency.py [--aborts 200] [--concurrency 4]
+    python bench/abort_latency.py [--aborts 200] [--concurrency 4] [--background 50]
 """
 
 from __future__ import annotations
@@ -103,6 +107,26 @@ async def burst_abort(url: str, rng: random.Random) -> tuple[float, str, int]:
         await ws.close()
 
 
+BACKGROUND = "[[long 1000]] [[slow 0.92]]"  # 0.92 s / 46 = 20 ms per event
+
+
+async def stream_forever(url: str, counts: list[int], started: asyncio.Event, total: int) -> None:
+    """One background session: a turn after another until cancelled; counts finished turns."""
+    ws = await ws_connect(url)
+    try:
+        await recv_json(ws)  # session
+        counts.append(0)
+        if len(counts) == total:
+            started.set()
+        while True:
+            await ws.send(send_message(BACKGROUND))
+            while (await recv_json(ws, 120))["type"] != "done":
+                pass
+            counts[-1] += 1
+    finally:
+        await ws.close()
+
+
 async def worker(url: str, jobs: asyncio.Queue, results: dict[str, list[float]], seed: int) -> None:
     rng = random.Random(seed)
     while True:
@@ -122,6 +146,13 @@ async def main_async(args: argparse.Namespace) -> bool:
             names = list(CASES)
             for case in names:  # warm-up, one of each
                 await one_abort(server.ws_url, case, random.Random(0))
+            counts: list[int] = []
+            started = asyncio.Event()
+            background = [asyncio.create_task(stream_forever(server.ws_url, counts, started, args.background))
+                          for _ in range(args.background)]
+            if background:
+                await asyncio.wait_for(started.wait(), 60)
+                await asyncio.sleep(1.0)  # every background stream under way
             jobs: asyncio.Queue = asyncio.Queue()
             for i in range(args.aborts):
                 jobs.put_nowait(names[i % len(names)])
@@ -131,6 +162,9 @@ async def main_async(args: argparse.Namespace) -> bool:
             elapsed = time.perf_counter() - t0
             rng = random.Random(99)
             bursts = [await burst_abort(server.ws_url, rng) for _ in range(args.bursts)]
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
             await asyncio.sleep(0.5)
             leftovers = [p for p in psutil.Process(server.pid).children(recursive=True) if p.is_running()]
         finally:
@@ -139,7 +173,8 @@ async def main_async(args: argparse.Namespace) -> bool:
             fake.stop()
     everything = [t for values in results.values() for t in values]
     print(f"abort latency: {len(everything)} aborts, {args.concurrency} sessions at a time, in {elapsed:.1f} s "
-          f"(send `abort` -> receive `done`, through the real server)")
+          f"(send `abort` -> receive `done`, through the real server), while {args.background} other sessions "
+          f"streamed {BACKGROUND} ({sum(counts)} background turns finished)")
     for case, values in results.items():
         print(f"  {case:16s} n={len(values):3d}  median {ms(median(values))}  p90 {ms(pct(values, 90))}  "
               f"p99 {ms(pct(values, 99))}  max {ms(max(values))}")
@@ -163,6 +198,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aborts", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--background", type=int, default=50, help="sessions streaming meanwhile")
     parser.add_argument("--bursts", type=int, default=20, help="burst-stream aborts, reported apart (0: none)")
     args = parser.parse_args()
     return run(main_async, args, fds=65536)
