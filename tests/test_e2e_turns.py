@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
+from tests.fakes.anthropic_fake import Fault, Reply, Text, Thinking, ToolUse
 from tests.support import connect, recv, send, text_of, until
 
 
@@ -42,6 +42,40 @@ async def test_plain_turn_streams_and_is_stored(server, fake_anthropic):
     assert status == 200
     assert [(m["role"], m["content"], m["status"]) for m in body["messages"]] == [
         ("user", "hi", "complete"), ("assistant", "Hello from the model, in pieces.", "complete")]
+    await ws.close()
+
+
+async def test_a_burst_is_merged_into_few_frames_that_the_log_replays_alike(server, fake_anthropic):
+    """400 deltas sent at once: the first goes out alone and at once, the rest merged per
+    50 ms; what was sent is what `resume` replays, under the same seqs."""
+    ws, session = await connect(server)
+    words = " ".join(f"w{i}" for i in range(800))
+    fake_anthropic.enqueue(Reply(words, chunk_size=5))
+    await send(ws, type="message", content="hi")
+    frames = await until(ws, "done")
+    assert_seqs(frames, 0)
+    chunks = [f for f in frames if f["type"] == "content_chunk"]
+    assert text_of(frames) == words and 2 <= len(chunks) <= 20, len(chunks)
+    assert chunks[0]["content"] == words[:5]  # the first delta is never held back
+    replay, _ = await connect(server, session["conversationId"])
+    await send(replay, type="resume", afterSeq=0)
+    assert [await recv(replay, skip=()) for _ in frames] == frames
+    await ws.close(), await replay.close()
+
+
+async def test_deltas_of_different_kinds_keep_their_order(server, fake_anthropic):
+    """Thinking, then text, then a tool card: merging never moves text across another frame."""
+    ws, _ = await connect(server)
+    fake_anthropic.enqueue(Reply([Thinking("pondering " * 30), Text("answer " * 40),
+                                  ToolUse("noop_unknown_tool", {})], chunk_size=7))
+    fake_anthropic.enqueue(Reply("after the tool"))
+    await send(ws, type="message", content="think", settings={"thinking": True})
+    frames = await until(ws, "done")
+    kinds = [f["type"] for f in frames]
+    first_text, last_thinking = kinds.index("content_chunk"), len(kinds) - 1 - kinds[::-1].index("thinking_chunk")
+    assert last_thinking < first_text < kinds.index("tool_start")
+    thinking = "".join(f["content"] for f in frames if f["type"] == "thinking_chunk")
+    assert thinking == "pondering " * 30
     await ws.close()
 
 
