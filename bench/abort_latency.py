@@ -127,6 +127,22 @@ async def stream_forever(url: str, counts: list[int], started: asyncio.Event, to
         await ws.close()
 
 
+async def ping_forever(url: str, rtts: list[float]) -> None:
+    """A ping every 50 ms on an idle session: how long the busy server takes to answer anything."""
+    ws = await ws_connect(url)
+    try:
+        await recv_json(ws)  # session
+        while True:
+            t0 = time.perf_counter()
+            await ws.send(json.dumps({"type": "ping"}))
+            while (await recv_json(ws))["type"] != "pong":
+                pass
+            rtts.append(time.perf_counter() - t0)
+            await asyncio.sleep(0.05)
+    finally:
+        await ws.close()
+
+
 async def worker(url: str, jobs: asyncio.Queue, results: dict[str, list[float]], seed: int) -> None:
     rng = random.Random(seed)
     while True:
@@ -140,6 +156,7 @@ async def worker(url: str, jobs: asyncio.Queue, results: dict[str, list[float]],
 async def main_async(args: argparse.Namespace) -> bool:
     fake = FakeAnthropicProcess()
     with tempfile.TemporaryDirectory(prefix="bench-abort-") as tmp:
+        print(f"  server data in {tmp}", flush=True)
         server = None
         try:
             server = ChatServer(fake, Path(tmp) / "server", script="bench/bench_server.py")
@@ -153,6 +170,8 @@ async def main_async(args: argparse.Namespace) -> bool:
             if background:
                 await asyncio.wait_for(started.wait(), 60)
                 await asyncio.sleep(1.0)  # every background stream under way
+            pings: list[float] = []
+            pinger = asyncio.create_task(ping_forever(server.ws_url, pings))
             jobs: asyncio.Queue = asyncio.Queue()
             for i in range(args.aborts):
                 jobs.put_nowait(names[i % len(names)])
@@ -160,6 +179,8 @@ async def main_async(args: argparse.Namespace) -> bool:
             t0 = time.perf_counter()
             await asyncio.gather(*(worker(server.ws_url, jobs, results, seed) for seed in range(args.concurrency)))
             elapsed = time.perf_counter() - t0
+            pinger.cancel()
+            await asyncio.gather(pinger, return_exceptions=True)
             rng = random.Random(99)
             bursts = [await burst_abort(server.ws_url, rng) for _ in range(args.bursts)]
             for task in background:
@@ -181,6 +202,8 @@ async def main_async(args: argparse.Namespace) -> bool:
     p99 = pct(everything, 99)
     print(f"  all              n={len(everything):3d}  median {ms(median(everything))}  p90 {ms(pct(everything, 90))}  "
           f"p99 {ms(p99)}  max {ms(max(everything))}")
+    print(f"  for reference, a ping meanwhile (no store, no turn): n={len(pings)}  median {ms(median(pings))}  "
+          f"p99 {ms(pct(pings, 99))}  max {ms(max(pings))}")
     if bursts:
         lat = [b[0] for b in bursts]
         aborted = sum(b[1] == "aborted" for b in bursts)

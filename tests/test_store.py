@@ -423,3 +423,22 @@ def test_plan_batches_many_conversations_into_few_steps() -> None:
                         AppendHistory(ALICE, cid, "model", (item("next"),))]
     steps = plan(ops)  # type: ignore[arg-type]
     assert [len(rows) for _, rows in steps] == [1000, 1000, 100]
+
+
+@pytest.mark.asyncio
+async def test_commits_never_checkpoint_and_the_wal_stays_bounded(tmp_path: Path) -> None:
+    """Checkpoints run beside the commits (their fsync never delays one), often enough that
+    the WAL is reused instead of growing with everything ever written."""
+    path = tmp_path / "chat.db"
+    async with SqliteStore(path, checkpoint_interval=0.05) as store:
+        assert await store._run(lambda: store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0]) == 0
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        big = "x" * 20_000
+        for batch in range(100):  # ~2 MB per 10 batches, 20 MB in all
+            seqs = range(batch * 10 + 1, batch * 10 + 11)
+            frames = tuple(EventRecord("c1", s, "content_chunk", None, big) for s in seqs)
+            await store.apply([AppendEvents(ALICE, "c1", frames), PruneEvents(ALICE, "c1", seqs.start)])
+            await asyncio.sleep(0.01)
+        wal = path.with_name("chat.db-wal").stat().st_size
+        assert wal < 8_000_000, wal  # without checkpoints it would hold all 20 MB
+        assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == list(range(991, 1001))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from chat_agent.store.base import ConstraintError, Store, StoreError
+from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
     ArtifactRecord,
@@ -101,10 +102,12 @@ _CONVERSATION_FILES = (
 class SqliteStore(Store):
     """A store in one SQLite file (created with its directories), or `":memory:"`."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, checkpoint_interval: float = INTERVAL) -> None:
         self.path = path if path == MEMORY else Path(path)
+        self._checkpoint_interval = checkpoint_interval
         self._db: sqlite3.Connection | None = None
         self._thread: ThreadPoolExecutor | None = None
+        self._checkpointer: WalCheckpointer | None = None
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -121,6 +124,9 @@ class SqliteStore(Store):
             self._thread.shutdown(wait=False)
             self._thread = None
             raise
+        if isinstance(self.path, Path):
+            self._checkpointer = WalCheckpointer(self.path, self._checkpoint_interval)
+            self._checkpointer.start()
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN/COMMIT ourselves instead of letting the
@@ -130,6 +136,8 @@ class SqliteStore(Store):
             for pragma in PRAGMAS:
                 db.execute(pragma)
             self._check_wal(db)
+            if self.path != MEMORY:
+                db.execute(NO_AUTO_CHECKPOINT)  # see checkpoint.py
             migrate(db)
         except BaseException:
             db.close()
@@ -137,6 +145,9 @@ class SqliteStore(Store):
         return db
 
     async def close(self) -> None:
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            await checkpointer.close()
         db, self._db = self._db, None
         if db is not None:
             await self._run(db.close)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -26,6 +27,7 @@ from chat_agent.store.ops import AppendEvents, Op, op_scope
 log = logging.getLogger(__name__)
 
 Callback = Callable[[], None]
+SLOW_COMMIT = 0.25  # seconds; a commit slower than this delays every stream noticeably
 
 
 class NotStored(StoreError):
@@ -174,7 +176,12 @@ class StoreWriter:
             batch, ticket = self._queue, self._submitted
             self._queue = []
             if batch:
+                started = time.monotonic()
                 await self._write(batch)
+                took = time.monotonic() - started
+                if took > SLOW_COMMIT:
+                    log.warning("a store commit of %d submissions took %.0f ms: every conversation's frames "
+                                "waited for it", len(batch), took * 1000)
             self._processed = ticket
             for submission in batch:
                 submission.outcome.settle(committed=not submission.lost)
