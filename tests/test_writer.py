@@ -109,3 +109,20 @@ async def test_one_submission_over_two_conversations_is_told_only_if_both_are_st
     writer.submit([events("ok", 1), events("doomed", 1)], lambda: told.append("both"))
     await writer.flush()
     assert told == [] and await seqs(store, "ok") == [1] and lost == ["doomed"]
+
+
+async def test_a_big_write_does_not_hold_up_other_conversations(setup):
+    """One conversation writes 2 MB in the batch; the other's frames are committed and
+    handed over first, in a transaction of their own, and both end up stored in order."""
+    store, writer, path, lost = setup
+    told: list[str] = []
+    big = AppendEvents(OWNER, "doomed", tuple(EventRecord("doomed", s, "pong", None, "x" * 200_000)
+                                              for s in range(1, 11)))
+    writer.submit([big], lambda: told.append("big"))
+    writer.submit([events("ok", 1)], lambda: told.append("small 1"))
+    writer.submit([events("doomed", 11)], lambda: told.append("big's next"))
+    writer.submit([events("ok", 2)], lambda: told.append("small 2"))
+    await writer.flush()
+    assert told == ["small 1", "small 2", "big", "big's next"]
+    assert await seqs(store, "doomed") == list(range(1, 12)) and await seqs(store, "ok") == [1, 2]
+    assert lost == []

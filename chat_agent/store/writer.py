@@ -5,6 +5,10 @@ queued up meanwhile in one transaction, then runs the callbacks of that batch in
 Frames are handed to clients from those callbacks, so a client is never told anything that
 is not committed, and 50 streaming turns cost a handful of transactions, not thousands.
 
+A big write (a summary replacing a history, a large artifact version) must not hold up
+other conversations' frames: the scopes with one are committed in a transaction of their
+own, after the others' (order within a scope is kept; scopes never touch each other's rows).
+
 A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
 see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
 that conversation only. The ops of a scope that cannot be stored are lost: callbacks waiting
@@ -22,12 +26,13 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from chat_agent.store.base import ConstraintError, Store, StoreError
-from chat_agent.store.ops import AppendEvents, Op, op_scope
+from chat_agent.store.ops import AddArtifactVersion, AppendEvents, AppendHistory, Op, ReplaceHistory, op_scope
 
 log = logging.getLogger(__name__)
 
 Callback = Callable[[], None]
 SLOW_COMMIT = 0.25  # seconds; a commit slower than this delays every stream noticeably
+HEAVY = 64 * 1024  # characters a scope writes in one batch past which it commits on its own
 
 
 class NotStored(StoreError):
@@ -85,6 +90,29 @@ def _coalesce(ops: list[Op]) -> list[Op]:
         merged.append(op)
     merged.extend(pending.values())
     return merged
+
+
+def _weight(op: Op) -> int:
+    """Roughly the characters an op writes (the big ones only; the rest count as small)."""
+    match op:
+        case AppendEvents():
+            return sum(len(event.frame) for event in op.events)
+        case AppendHistory() | ReplaceHistory():
+            return sum(item.chars for item in op.items)
+        case AddArtifactVersion():
+            return len(op.version.content)
+    return 0
+
+
+def _split(batch: list[_Submission]) -> tuple[list[_Submission], list[_Submission]]:
+    """The submissions of light scopes, then those of scopes that write a lot this batch."""
+    weights: dict[str, int] = {}
+    for submission in batch:
+        weights[submission.scope] = weights.get(submission.scope, 0) + sum(_weight(op) for op in submission.ops)
+    heavy = {scope for scope, weight in weights.items() if weight > HEAVY}
+    if not heavy or len(heavy) == len(weights):
+        return batch, []
+    return [s for s in batch if s.scope not in heavy], [s for s in batch if s.scope in heavy]
 
 
 def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
@@ -175,17 +203,21 @@ class StoreWriter:
             self._wake.clear()
             batch, ticket = self._queue, self._submitted
             self._queue = []
-            if batch:
-                started = time.monotonic()
-                await self._write(batch)
-                took = time.monotonic() - started
-                if took > SLOW_COMMIT:
-                    log.warning("a store commit of %d submissions took %.0f ms: every conversation's frames "
-                                "waited for it", len(batch), took * 1000)
+            for part in _split(batch):
+                if part:
+                    await self._commit(part)
             self._processed = ticket
-            for submission in batch:
-                submission.outcome.settle(committed=not submission.lost)
             self._release(ticket)
+
+    async def _commit(self, batch: list[_Submission]) -> None:
+        """Writes the submissions and runs their callbacks (those stored) in order."""
+        started = time.monotonic()
+        await self._write(batch)
+        took = time.monotonic() - started
+        if took > SLOW_COMMIT:
+            log.warning("a store commit of %d submissions took %.0f ms", len(batch), took * 1000)
+        for submission in batch:
+            submission.outcome.settle(committed=not submission.lost)
 
     async def _write(self, batch: list[_Submission]) -> None:
         error = await self._try(batch)
