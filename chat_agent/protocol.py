@@ -13,9 +13,11 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, Stric
 from pydantic.alias_generators import to_camel
 from pydantic.json_schema import GenerateJsonSchema
 
+from chat_agent import edits
+
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "refusal_detail")
+FEATURES: tuple[str, ...] = ("parts", "artifact_edit", "refusal_detail")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -294,6 +296,49 @@ class ArtifactFrame(ServerFrame):
     artifact: ArtifactState
 
 
+class ArtifactChange(Model):
+    """Characters `start` to `end` of the base version (end exclusive) become `text`. Offsets
+    count Unicode code points, like `message.canvas.highlight` (Python's str indices): in
+    JavaScript, index `Array.from(content)`, not the UTF-16 string."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    text: str
+
+
+class ArtifactEdit(ServerFrame):
+    """PROTOCOL 1.1: version `index` of artifact `artifactId` is version `baseIndex` with
+    `changes` applied in order (ascending, non-overlapping, offsets into the base, in Unicode
+    code points). It becomes the current and the last version (`versionCount` = `index`);
+    `title` and `language` are sent only when they changed, the type never changes in an edit.
+    Sent instead of `artifact` when a new version derives from the current one and its changes
+    are smaller than its content. A client whose current version is not `baseIndex` fetches
+    version `index` over HTTP."""
+
+    type: Literal["artifact_edit"] = "artifact_edit"
+    artifact_id: str
+    base_index: int
+    index: int
+    changes: list[ArtifactChange]
+    title: str | None = Field(default=None, exclude_if=_omit_none)
+    language: str | None = Field(default=None, exclude_if=_omit_none)
+
+    def applies_to(self, state: ArtifactState | None) -> bool:
+        return state is not None and state.id == self.artifact_id and state.current_index == self.base_index
+
+    def apply(self, state: ArtifactState) -> ArtifactState:
+        """The artifact after this edit, from the state whose current version is the base.
+        Raises edits.EditError when the changes do not fit (check `applies_to` first)."""
+        if not self.applies_to(state):
+            raise edits.EditError(f"the edit is based on version {self.base_index} of {self.artifact_id}, "
+                                  f"not on version {state.current_index} of {state.id}")
+        base = state.current
+        content = edits.apply(base.content, ((c.start, c.end, c.text) for c in self.changes))
+        current = ArtifactVersion(index=self.index, type=base.type, title=self.title or base.title,
+                                  language=self.language or base.language, content=content)
+        return ArtifactState(id=state.id, current_index=self.index, version_count=self.index, current=current)
+
+
 class TitleFrame(ServerFrame):
     type: Literal["title"] = "title"
     title: str
@@ -333,7 +378,7 @@ class Pong(ServerFrame):
 
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ArtifactChunk,
-          ArtifactFrame, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame, Pong],
+          ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame, Pong],
     Field(discriminator="type"),
 ]
 

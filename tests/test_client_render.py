@@ -385,3 +385,12 @@ def test_tool_cards_show_where_made_files_are():
 def test_research_flag_asks_for_deep_research():
     args = build_parser({}).parse_args(["--research", "--attach", "a.pdf", "--attach", "b.png"])
     assert settings_from(args)["enableDeepResearch"] is True and args.attach == ["a.pdf", "b.png"]
+
+
+def test_an_artifact_edit_is_one_line_saying_how_much_changed() -> None:
+    renderer = TurnRenderer(PLAIN)
+    edit = frame("artifact_edit", 5, artifactId="a", baseIndex=2, index=3,
+                 changes=[{"start": 4, "end": 9, "text": "earliest"}, {"start": 20, "end": 20, "text": "!!"}])
+    assert text_of(renderer.render(edit)) == "▣ v3: v2 edited (10 characters)\n"
+    retitled = frame("artifact_edit", 6, artifactId="a", baseIndex=3, index=4, changes=[], title="Spring")
+    assert text_of(renderer.render(retitled)) == "▣ Spring v4: v3 edited (0 characters)\n"

@@ -12,6 +12,7 @@ import urllib.request
 import docx
 import pytest
 
+from chat_agent import edits
 from tests.conftest import SMALL_MODEL
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.support import ServerProcess, connect, recv, send, until
@@ -21,6 +22,14 @@ POEM = "# Spring\n\nThe **first** buds open.\n\n- rain\n- sun\n\nAnd the *birds*
 
 def request_json(server: ServerProcess, method: str, path: str, body: object | None = None) -> tuple[int, object]:
     return server.request(method, path, body=body)
+
+
+def edited(frames: list[dict], base: str, index: int) -> str:
+    """The content of the one `artifact_edit` among `frames` (version `index`, made from the
+    version before it), with its changes applied to `base`, that version's content."""
+    [edit] = [f for f in frames if f["type"] in ("artifact", "artifact_edit")]
+    assert edit["type"] == "artifact_edit" and (edit["baseIndex"], edit["index"]) == (index - 1, index), edit
+    return edits.apply(base, [(c["start"], c["end"], c["text"]) for c in edit["changes"]])
 
 
 def main_text(body: dict) -> str:
@@ -56,12 +65,13 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     title = await recv(ws, skip=())
     assert title["type"] == "title" and title["title"] == "Spring Poem Drafting"
 
-    # rewrite: a full new version; the model was not re-sent the artifact it had just written
+    # rewrite: a full new version; the model was not re-sent the artifact it had just written.
+    # Clients get it as an edit (PROTOCOL 1.1): it changes five characters of the poem.
     v2 = POEM.replace("old oak", "old oak tree")
     frames = await turn(ws, fake_anthropic, Reply([ToolUse("rewrite_artifact", {"content": v2})]), Reply("Rewritten."),
                         content="make the oak a tree")
     assert "<artifact " not in main_text(fake_anthropic.main_bodies[-2])
-    assert next(f for f in frames if f["type"] == "artifact")["artifact"]["current"]["content"] == v2
+    assert edited(frames, POEM, 2) == v2
 
     # highlight: update_artifact is forced, the model sees a window, the span is replaced exactly
     start = v2.index("first")
@@ -73,7 +83,7 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     assert sent["tool_choice"] == {"type": "tool", "name": "update_artifact"}
     assert "<highlight>first</highlight>" in main_text(sent)
     v3 = v2[:start] + "earliest" + v2[end:]
-    assert next(f for f in frames if f["type"] == "artifact")["artifact"]["current"]["content"] == v3
+    assert edited(frames, v2, 3) == v3
 
     # quick action: rewrite_artifact is forced with our instructions; a code action is refused
     await send(ws, type="message", content="", canvas={"quickAction": {"name": "fix_bugs"}})
@@ -81,6 +91,7 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     v4 = v3.replace("buds", "buds 🌱")
     frames = await turn(ws, fake_anthropic, Reply([ToolUse("rewrite_artifact", {"content": v4})]), Reply("Emojis."),
                         content="", canvas={"quickAction": {"name": "emojis"}})
+    assert edited(frames, v3, 4) == v4
     sent = fake_anthropic.main_bodies[-2]
     assert sent["tool_choice"] == {"type": "tool", "name": "rewrite_artifact"} and "emojis" in main_text(sent)
     # after a span edit the model is shown the whole current version again
@@ -92,8 +103,10 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     assert selected["type"] == "artifact" and selected["artifact"]["currentIndex"] == 1
     assert selected["artifact"]["versionCount"] == 4 and selected["artifact"]["current"]["content"] == POEM
     await send(ws, type="edit_artifact", content=POEM + "\nA line of my own.\n", title="Spring, edited")
-    edited = (await recv(ws))["artifact"]
-    assert edited["currentIndex"] == 5 and edited["versionCount"] == 5 and edited["current"]["title"] == "Spring, edited"
+    edit = await recv(ws)  # an edit of version 1, the selected one
+    assert edit["type"] == "artifact_edit" and (edit["baseIndex"], edit["index"]) == (1, 5)
+    assert edit["changes"] == [{"start": len(POEM), "end": len(POEM), "text": "\nA line of my own.\n"}]
+    assert edit["title"] == "Spring, edited" and "language" not in edit
     await send(ws, type="select_artifact_version", index=9)
     assert (await recv(ws))["code"] == "not_found"
 
@@ -196,8 +209,11 @@ async def test_update_without_highlight_needs_a_unique_target(server, fake_anthr
     results = [b for m in fake_anthropic.last_main.body["messages"] for b in m["content"]
                if isinstance(b, dict) and b.get("type") == "tool_result"]
     assert "occurs 2 times" in json.dumps(results[-3]) and "not found" in json.dumps(results[-2])
-    artifact = [f for f in frames if f["type"] == "artifact"][-1]["artifact"]
-    assert artifact["current"]["content"] == "x = 1\nx = 1\ny = 5\n" and artifact["current"]["language"] == "python"
+    # the span edit travels as one change of one character (PROTOCOL 1.1 artifact_edit)
+    edit = [f for f in frames if f["type"] in ("artifact", "artifact_edit")][-1]
+    assert edit["type"] == "artifact_edit" and edit["changes"] == [{"start": 16, "end": 17, "text": "5"}]
+    status, version = server.get(f"/api/conversations/{frames[0]['conversationId']}/artifact/versions/2")
+    assert version["content"] == "x = 1\nx = 1\ny = 5\n" and version["language"] == "python"
     await ws.close()
 
 

@@ -191,13 +191,16 @@ async def test_a_refused_edit_is_reported_and_the_canvas_is_what_was_kept(make_s
     error = await recv(ws)
     assert error["type"] == "error" and error["code"] == "internal" and "could not save" in error["message"]
     log = await replay(server, conversation_id)
-    assert error in log and not any(f["type"] == "artifact" for f in log[log.index(error):])
+    assert error in log and not any(f["type"] in ("artifact", "artifact_edit") for f in log[log.index(error):])
     again, snapshot = await connect(server, conversation_id)
     assert snapshot["artifact"]["current"]["content"] == "v1" and snapshot["artifact"]["versionCount"] == 1
     await again.close()
     sql(db, "DROP TRIGGER refuse_v")
     await send(ws, type="edit_artifact", content="v2 for real")
-    frame = await recv(ws)
-    assert frame["type"] == "artifact" and frame["artifact"]["currentIndex"] == 2  # version 2, not 3
-    assert frame["artifact"]["current"]["content"] == "v2 for real"
+    frame = await recv(ws)  # an edit of version 1 (PROTOCOL 1.1): "v1" → "v2 for real"
+    assert frame["type"] == "artifact_edit" and (frame["baseIndex"], frame["index"]) == (1, 2)  # version 2, not 3
+    assert frame["changes"] == [{"start": 1, "end": 2, "text": "2 for real"}]
     await ws.close()
+    again, snapshot = await connect(server, conversation_id)
+    assert snapshot["artifact"]["current"]["content"] == "v2 for real" and snapshot["artifact"]["versionCount"] == 2
+    await again.close()

@@ -329,7 +329,7 @@ async def test_survives_close_and_reopen(tmp_path: Path) -> None:
         assert await _snapshot(store, ALICE) == before
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,), (5,)]
 
 
 async def _fill_created(store: SqliteStore) -> None:

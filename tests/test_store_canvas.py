@@ -322,7 +322,7 @@ async def test_a_version_1_database_upgrades_in_place(
         await store.apply([DeleteConversation(ALICE, "c1")])
         assert _count(path, "artifact_versions") == 0
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,), (5,)]
     async with SqliteStore(path) as store:  # a second open migrates nothing
         assert await store.get_memories(ALICE) == memories("kept")
         assert [q.id for q in await store.list_quick_actions(ALICE)] == ["q1"]

@@ -1,8 +1,11 @@
 """The conversation's artifact: one per conversation, a list of versions, one of them current.
 
 The current version lives in memory (tools read it on every turn); every change is a new
-version written through the store writer and announced with an `artifact` frame. Older
-versions are read from the store when asked for.
+version written through the store writer and announced to clients. A new version is diffed
+against the current one: when the changes are smaller than its content it is announced as
+an `artifact_edit` (a span edit on a 1 MB artifact sends its few new characters, not the
+megabyte) and stored as a delta (the store decides when a full snapshot is due); otherwise
+as `artifact`, the whole state. Older versions are read from the store when asked for.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import time
 from typing import Callable, Literal
 
-from chat_agent.protocol import ArtifactState, ArtifactVersion
-from chat_agent.store import AddArtifactVersion, ArtifactRecord, ArtifactVersionRecord, SelectArtifactVersion
+from chat_agent import edits
+from chat_agent.protocol import ArtifactChange, ArtifactEdit, ArtifactFrame, ArtifactState, ArtifactVersion
+from chat_agent.store import (AddArtifactVersion, ArtifactRecord, ArtifactVersionRecord, SelectArtifactVersion,
+                              VersionDelta)
 from chat_agent.store.writer import StoreWriter
 from chat_agent.ids import new_id
 
 ArtifactKind = Literal["text", "code"]
+Announcement = ArtifactFrame | ArtifactEdit
 
 
 def version_model(record: ArtifactVersionRecord) -> ArtifactVersion:
@@ -37,7 +43,8 @@ class Canvas:
         self.conversation_id = conversation_id
         self._record = record
         self._writer = writer
-        self.on_change: Callable[[ArtifactState], None] = lambda state: None
+        # Publishes what clients are told of a change (the conversation sets it).
+        self.on_change: Callable[[Announcement], object] = lambda frame: None
         # The version the model last saw whole (it wrote it, or was shown it) and the epoch
         # of the history it saw it in (a summary or a clear may have dropped it since). A
         # turn shows the current version only when this differs, so the history stays cacheable.
@@ -73,6 +80,7 @@ class Canvas:
         """Appends a version (after the last one, whichever is selected) and makes it current.
         `seen_by_model`: the model wrote this version whole, so it need not be shown it."""
         record = self._record
+        base = record.current if record else None
         index = record.version_count + 1 if record else 1
         version = ArtifactVersionRecord(index=index, type=type, title=title.strip() or "Untitled",
                                         language=language if type == "code" else None, content=content,
@@ -83,8 +91,10 @@ class Canvas:
         self.changes += 1
         if seen_by_model:
             self.mark_seen()
-        self._writer.submit([AddArtifactVersion(self.owner, self.conversation_id, artifact_id, version)])
-        return self._announce()
+        changes = edits.diff(base.content, content) if base is not None else []
+        delta = VersionDelta(base.index, tuple(changes)) if base is not None else None
+        self._writer.submit([AddArtifactVersion(self.owner, self.conversation_id, artifact_id, version, delta)])
+        return self._announce(base, changes)
 
     def select(self, index: int, version: ArtifactVersionRecord) -> ArtifactState:
         """Makes an older (or newer) version current; `version` is that version as stored."""
@@ -93,10 +103,25 @@ class Canvas:
                                       current_index=index, version_count=self._record.version_count,
                                       current=version)
         self._writer.submit([SelectArtifactVersion(self.owner, self.conversation_id, index)])
-        return self._announce()
+        return self._announce(None, [])
 
-    def _announce(self) -> ArtifactState:
+    def _announce(self, base: ArtifactVersionRecord | None, changes: list[edits.Change]) -> ArtifactState:
         state = self.state()
         assert state is not None
-        self.on_change(state)
+        self.on_change(_edit(state, base, changes) or ArtifactFrame(artifact=state))
         return state
+
+
+def _edit(state: ArtifactState, base: ArtifactVersionRecord | None, changes: list[edits.Change]) -> ArtifactEdit | None:
+    """The new current version as an edit of `base`, when one says it in fewer characters
+    than the content and can say it at all (an edit keeps the type, and has no way to say
+    that a language went away)."""
+    current = state.current
+    if base is None or base.type != current.type or edits.size(changes) >= len(current.content):
+        return None
+    if current.language != base.language and current.language is None:
+        return None
+    return ArtifactEdit(artifact_id=state.id, base_index=base.index, index=current.index,
+                        changes=[ArtifactChange(start=start, end=end, text=text) for start, end, text in changes],
+                        title=current.title if current.title != base.title else None,
+                        language=current.language if current.language != base.language else None)

@@ -9,6 +9,7 @@ When the socket drops and `reconnect=True`, the reader reconnects with backoff, 
 A `session` frame is never yielded by `frames()`: the first one is `client.session` before
 `connect()` returns, and the one each reconnect brings replaces `client.session` (its
 history is already known to a consumer that saw the frames; `client.reconnects` counts them).
+`client.artifact` follows the artifact through `session`, `artifact` and `artifact_edit`.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any, AsyncIterator, Callable
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from chat_agent.protocol import (AbortIn, AnyServerFrame, ClearContextIn, ClientModel, EditArtifactIn,
-                                 MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn, SessionFrame)
+from chat_agent.protocol import (AbortIn, AnyServerFrame, ArtifactState, ClearContextIn, ClientModel,
+                                 EditArtifactIn, MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn, SessionFrame)
 
+from .artifact import ArtifactView
 from .errors import ClientError, ConnectError, ConnectionLost
 from .sequencer import SeqOrderer
 from .turn import OnFrame, TurnDone, collect_turn
@@ -60,6 +62,7 @@ class ChatClient:
         self._open_timeout = open_timeout
         self._max_size = max_size
         self._on_status = on_status or log.info
+        self._artifact = ArtifactView(url, token, self._on_status)
         self._order: SeqOrderer[AnyServerFrame] = SeqOrderer(gap_timeout=gap_timeout)
         self._queue: asyncio.Queue[AnyServerFrame | _End] = asyncio.Queue()
         self._connected = asyncio.Event()
@@ -72,6 +75,16 @@ class ChatClient:
     def last_seq(self) -> int:
         """The highest seq delivered in order (or covered by the first session snapshot)."""
         return self._order.last_seq
+
+    @property
+    def artifact(self) -> ArtifactState | None:
+        """The conversation's artifact as of the last frame delivered (None: it has none)."""
+        return self._artifact.state
+
+    @property
+    def artifact_fetches(self) -> int:
+        """Versions fetched over HTTP because an `artifact_edit` was based on another version."""
+        return self._artifact.fetches
 
     @property
     def gaps(self) -> list[tuple[int, int]]:
@@ -115,6 +128,7 @@ class ChatClient:
         self._ws, session = await open_session(self.url, self.token, self.conversation_id,
                                                open_timeout=self._open_timeout, max_size=self._max_size)
         self.session, self.conversation_id = session, session.conversation_id
+        self._artifact.reset(session)
         return session
 
     # ---- receiving --------------------------------------------------------------------
@@ -142,26 +156,28 @@ class ChatClient:
                 async with asyncio.timeout_at(self._order.deadline()):
                     data = await ws.recv()
             except TimeoutError:  # a seq gap outlived gap_timeout: the server no longer has it
-                self._skip_gap(loop.time())
+                await self._skip_gap(loop.time())
                 continue
             except ConnectionClosed as exc:
                 return exc
             frame = parse_frame(data)
             if isinstance(frame, SessionFrame):
                 self.session = frame
+                self._artifact.reset(frame)
             else:
-                self._deliver(self._order.push(frame, loop.time()))
+                await self._deliver(self._order.push(frame, loop.time()))
 
-    def _deliver(self, frames: list[AnyServerFrame]) -> None:
+    async def _deliver(self, frames: list[AnyServerFrame]) -> None:
         for frame in frames:
+            await self._artifact.follow(self.conversation_id or "", frame)
             self._queue.put_nowait(frame)
 
-    def _skip_gap(self, now: float) -> None:
+    async def _skip_gap(self, now: float) -> None:
         released = self._order.expire(now)
         if released:  # empty when the timer fired a hair early; the loop comes back
             first, last = self._order.gaps[-1]
             self._on_status(f"events {first}..{last} could not be replayed; continuing without them")
-            self._deliver(released)
+            await self._deliver(released)
 
     async def _reconnect_after(self, why: str) -> None:
         loop = asyncio.get_running_loop()
@@ -273,9 +289,11 @@ class ChatClient:
 
     async def resume(self, after_seq: int) -> None:
         """Ask for a replay of every frame after `after_seq`. Rewinds the de-duplication to
-        `after_seq`, so the replayed frames are delivered again, in order."""
+        `after_seq`, so the replayed frames are delivered again, in order (and `artifact`
+        follows them again: an edit whose base it no longer holds fetches its version)."""
         loop = asyncio.get_running_loop()
-        self._deliver(self._order.rewind(after_seq, loop.time()))
+        self._artifact.rewind(after_seq)
+        await self._deliver(self._order.rewind(after_seq, loop.time()))
         await self.send(ResumeIn(type="resume", after_seq=after_seq))
 
     async def _usable_ws(self) -> ClientConnection:

@@ -11,10 +11,10 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Mapping
 
-from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactFrame, ArtifactState, AttachmentPart,
-                                 ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part, Pong,
-                                 SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd, ToolPart,
-                                 ToolProgress, ToolStart)
+from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
+                                 AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
+                                 Pong, SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd,
+                                 ToolPart, ToolProgress, ToolStart)
 
 CLEAR_LINE = "\r\x1b[2K"
 MAX_RESULTS = 5
@@ -132,6 +132,12 @@ def artifact_line(artifact: ArtifactState, style: Style) -> str:
             f"{style.dim(f'v{artifact.current_index}/{artifact.version_count} ({kind})')}")
 
 
+def edit_line(edit: ArtifactEdit, style: Style) -> str:
+    changed = sum(len(change.text) for change in edit.changes)
+    title = f"{style.bold(edit.title)} " if edit.title else ""
+    return f"{style.cyan('▣')} {title}{style.dim(f'v{edit.index}: v{edit.base_index} edited ({changed:,} characters)')}"
+
+
 def frame_json(frame: AnyServerFrame) -> str:
     # exclude_unset: the keys the server sent, no defaults the client filled in.
     return frame.model_dump_json(exclude_unset=True)
@@ -175,6 +181,8 @@ class TurnRenderer:
                 return self._line(tool_summary(name, output, is_error, duration, self.style))
             case ArtifactFrame(artifact=artifact):
                 return self._line(artifact_line(artifact, self.style))
+            case ArtifactEdit():
+                return self._line(edit_line(frame, self.style))
             case TitleFrame(title=title):
                 return self._line(self.style.dim(f"title: {title}"))
             case ContextUpdate():

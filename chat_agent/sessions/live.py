@@ -17,7 +17,7 @@ from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.ids import new_id
-from chat_agent.protocol import (ArtifactFrame, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
+from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
                                  ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
@@ -61,7 +61,7 @@ class LiveConversation:
     def _use(self, manager: ConversationManager, canvas: Canvas) -> None:
         self.manager = manager
         self.canvas = canvas
-        canvas.on_change = lambda state: self.publish(ArtifactFrame(artifact=state))
+        canvas.on_change = self.publish  # `artifact` or `artifact_edit`, as the canvas decides
 
     @property
     def seq(self) -> int:

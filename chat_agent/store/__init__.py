@@ -50,6 +50,7 @@ from chat_agent.store.records import (
     QuickActionRecord,
     TurnRecord,
     TurnStatus,
+    VersionDelta,
 )
 from chat_agent.store.sqlite import SqliteStore
 from chat_agent.store.writer import NotStored, StoreWriter
@@ -96,6 +97,7 @@ __all__ = [
     "TurnRecord",
     "TurnStatus",
     "UpsertHistoryItem",
+    "VersionDelta",
     "create_store",
     "op_scope",
 ]

@@ -22,6 +22,7 @@ from chat_agent.store.records import (
     QuickActionRecord,
     TurnRecord,
     TurnStatus,
+    VersionDelta,
 )
 
 
@@ -155,12 +156,17 @@ class AddArtifactVersion:
     `version.index` must be exactly the artifact's version count + 1 (1 for a new one),
     and `artifact_id` must be the artifact's id once it exists: otherwise
     `ConstraintError`, since the caller's idea of the artifact is wrong.
+
+    `delta`, when given, says how `version.content` derives from an existing version; the
+    store may then keep only the delta (a small edit is a small write) or, when a snapshot
+    is due, the whole content (see writes.py). Reads always answer the whole content.
     """
 
     owner: str
     conversation_id: str
     artifact_id: str
     version: ArtifactVersionRecord
+    delta: VersionDelta | None = None
 
 
 @dataclass(frozen=True, slots=True)

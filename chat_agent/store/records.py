@@ -68,6 +68,15 @@ class ArtifactVersionRecord:
     source: ArtifactSource  # who wrote it: the model's tool call or the user's canvas edit
 
 
+@dataclass(frozen=True, slots=True)
+class VersionDelta:
+    """How a new version derives from an older one: version `base_index` with `changes`
+    applied (`chat_agent.edits`: ascending `(start, end, text)`, offsets into the base)."""
+
+    base_index: int
+    changes: tuple[tuple[int, int, str], ...]
+
+
 @dataclass(slots=True)
 class ArtifactRecord:
     """A conversation's one artifact, with only its current version loaded."""

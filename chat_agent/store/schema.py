@@ -179,8 +179,31 @@ _V3 = (
 # measured it: kept so a conversation's token count is the same after a reload or a restart.
 _V4 = ("ALTER TABLE conversations ADD COLUMN context_overhead INTEGER NOT NULL DEFAULT 0",)
 
+# Versions as deltas: a small edit of a big artifact is a small write. A row is either a
+# snapshot (base_idx NULL, the whole `content`) or a delta (`content` empty, `changes` the
+# JSON list of [start, end, text] to apply to version base_idx, itself resolved the same
+# way). chain_len and chain_size (deltas, and their JSON characters, since the last
+# snapshot) let the insert decide when a snapshot is due (writes.py), which bounds what a
+# read applies. Rows from before this migration are snapshots. SQLite cannot drop the
+# NOT NULL of `content`, hence the empty string rather than a NULL.
+_V5 = (
+    "ALTER TABLE artifact_versions ADD COLUMN base_idx INTEGER",
+    "ALTER TABLE artifact_versions ADD COLUMN changes TEXT",
+    "ALTER TABLE artifact_versions ADD COLUMN chain_len INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE artifact_versions ADD COLUMN chain_size INTEGER NOT NULL DEFAULT 0",
+    # A delta names an earlier, existing version of its artifact: chains always end.
+    """CREATE TRIGGER artifact_versions_delta_base BEFORE INSERT ON artifact_versions
+    WHEN (NEW.base_idx IS NULL) IS NOT (NEW.changes IS NULL)
+        OR NEW.base_idx IS NOT NULL AND (NEW.base_idx >= NEW.idx OR NOT EXISTS (
+            SELECT 1 FROM artifact_versions
+            WHERE conversation_id = NEW.conversation_id AND idx = NEW.base_idx))
+    BEGIN
+        SELECT RAISE(ABORT, 'an artifact version delta needs changes and an earlier base version');
+    END""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chat_agent import edits
 from chat_agent.store.base import ConstraintError, Store, StoreError
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
@@ -68,7 +69,8 @@ _CLIENT_ID = (
     " WHERE c.id = ? AND c.owner = ? AND m.client_id = ?"
 )
 
-_VERSION_COLUMNS = "v.idx, v.type, v.title, v.language, v.content, v.created_at, v.source"
+# A version row, then how its content is kept (see schema.py, migration 5).
+_VERSION_COLUMNS = "v.idx, v.type, v.title, v.language, v.content, v.created_at, v.source, v.base_idx, v.changes"
 # Joined on current_index: only the current version's content is read.
 _ARTIFACT = (
     f"SELECT a.id, a.conversation_id, a.current_index, a.version_count, {_VERSION_COLUMNS}"
@@ -80,6 +82,15 @@ _ARTIFACT_VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM artifact_versions v"
     " JOIN conversations c ON c.id = v.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND v.idx = ?"
+)
+# A delta's base, the base's base, … down to the snapshot, nearest first: one statement,
+# each step a primary-key lookup, at most MAX_CHAIN + 1 rows (writes.py).
+_CHAIN = (
+    "WITH RECURSIVE chain (depth, base_idx, content, changes) AS ("
+    " SELECT 0, base_idx, content, changes FROM artifact_versions WHERE conversation_id = ?1 AND idx = ?2"
+    " UNION ALL SELECT c.depth + 1, v.base_idx, v.content, v.changes FROM chain c"
+    " JOIN artifact_versions v ON v.conversation_id = ?1 AND v.idx = c.base_idx)"
+    " SELECT base_idx, content, changes FROM chain ORDER BY depth"
 )
 _MEMORIES = "SELECT style_rules, content, updated_at FROM memories WHERE owner = ?"
 _QUICK_ACTION = (
@@ -215,17 +226,24 @@ class SqliteStore(Store):
         return bool(await self._fetch(_CLIENT_ID, (conversation_id, owner, client_id)))
 
     async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
-        rows = await self._fetch(_ARTIFACT, (conversation_id, owner))
-        if not rows:
-            return None
-        row = rows[0]
-        return ArtifactRecord(*row[:4], current=ArtifactVersionRecord(*row[4:]))
+        def read() -> ArtifactRecord | None:
+            db = self._conn()
+            row = db.execute(_ARTIFACT, (conversation_id, owner)).fetchone()
+            if row is None:
+                return None
+            return ArtifactRecord(*row[:4], current=_version(db, conversation_id, row[4:]))
+
+        return await self._run(read)
 
     async def get_artifact_version(
         self, owner: str, conversation_id: str, index: int
     ) -> ArtifactVersionRecord | None:
-        rows = await self._fetch(_ARTIFACT_VERSION, (conversation_id, owner, index))
-        return ArtifactVersionRecord(*rows[0]) if rows else None
+        def read() -> ArtifactVersionRecord | None:
+            db = self._conn()
+            row = db.execute(_ARTIFACT_VERSION, (conversation_id, owner, index)).fetchone()
+            return None if row is None else _version(db, conversation_id, row)
+
+        return await self._run(read)
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
         rows = await self._fetch(_MEMORIES, (owner,))
@@ -269,6 +287,26 @@ class SqliteStore(Store):
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         return await self._run(lambda: self._conn().execute(sql, params).fetchall())
+
+
+def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:
+    """A version row with its content resolved: a delta is applied to its base's content.
+    Versions never change once written, so reading the chain after the row is consistent."""
+    *fields, base_idx, changes = row
+    version = ArtifactVersionRecord(*fields)
+    if base_idx is not None:
+        version.content = edits.apply(_content(db, conversation_id, base_idx), json.loads(changes))
+    return version
+
+
+def _content(db: sqlite3.Connection, conversation_id: str, index: int) -> str:
+    chain = db.execute(_CHAIN, (conversation_id, index)).fetchall()
+    if not chain or chain[-1][0] is not None:
+        raise StoreError(f"artifact version {index} of {conversation_id} has no snapshot behind it")
+    content = chain[-1][1]
+    for _, _, changes in reversed(chain[:-1]):
+        content = edits.apply(content, json.loads(changes))
+    return content
 
 
 def _turn(row: Sequence[Any]) -> TurnRecord:

@@ -100,10 +100,25 @@ ENSURE_ARTIFACT = (
     + " ON CONFLICT (conversation_id) DO UPDATE SET id = excluded.id"
     " WHERE excluded.id IS NOT artifacts.id"
 )
+# Snapshot cadence: a version is stored as its delta while the chain behind it (deltas
+# since the last snapshot) stays under MAX_CHAIN deltas and its deltas' JSON under
+# DELTA_SHARE of the new content; otherwise whole. So a read applies at most MAX_CHAIN
+# deltas totalling at most half the content, and a run of small edits on a 1 MB artifact
+# stores one megabyte per MAX_CHAIN edits (~32 KB an edit), not one per edit. The choice is
+# made inside the statement, from the base row, so planning stays free of reads; a delta
+# whose base is missing is stored whole.
+MAX_CHAIN = 32
+DELTA_SHARE = 0.5
 INSERT_VERSION = (
-    "INSERT INTO artifact_versions"
-    " (conversation_id, idx, type, title, language, content, created_at, source)"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE " + _OWNED.format(n=9)
+    "INSERT INTO artifact_versions (conversation_id, idx, type, title, language, content,"
+    " created_at, source, base_idx, changes, chain_len, chain_size)"
+    " SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN d.keep THEN '' ELSE ?6 END, ?7, ?8,"
+    " CASE WHEN d.keep THEN ?10 END, CASE WHEN d.keep THEN ?11 END,"
+    " CASE WHEN d.keep THEN d.len ELSE 0 END, CASE WHEN d.keep THEN d.size ELSE 0 END"
+    f" FROM (SELECT COALESCE(b.chain_len < {MAX_CHAIN} AND b.chain_size + LENGTH(?11) <= ?12, 0) AS keep,"
+    " b.chain_len + 1 AS len, b.chain_size + LENGTH(?11) AS size"
+    " FROM (SELECT 1) LEFT JOIN artifact_versions b ON b.conversation_id = ?1 AND b.idx = ?10) d"
+    " WHERE " + _OWNED.format(n=9)
 )
 # A CHECK on artifacts refuses an index outside 1..version_count.
 SELECT_VERSION = (
@@ -280,8 +295,10 @@ def _turn_row(op: StartTurn) -> Row:
 
 
 def _add_version(op: AddArtifactVersion) -> list[Step]:
-    cid, owner, v = op.conversation_id, op.owner, op.version
-    row = (cid, v.index, v.type, v.title, v.language, v.content, v.created_at, v.source, owner)
+    cid, owner, v, delta = op.conversation_id, op.owner, op.version, op.delta
+    base, changes = (None, None) if delta is None else (delta.base_index, dumps([list(c) for c in delta.changes]))
+    row = (cid, v.index, v.type, v.title, v.language, v.content, v.created_at, v.source, owner,
+           base, changes, int(len(v.content) * DELTA_SHARE))
     return [(ENSURE_ARTIFACT, [(cid, op.artifact_id, owner)]), (INSERT_VERSION, [row])]
 
 

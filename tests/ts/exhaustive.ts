@@ -31,6 +31,12 @@ export function describe(frame: ServerFrame): string {
     case "artifact":
       return `${frame.artifact.id} ${frame.artifact.currentIndex}/${frame.artifact.versionCount} ` +
         `${frame.artifact.current.type} ${frame.artifact.current.content.length}`;
+    case "artifact_edit":
+      // Optional fields stay optional: title and language come only when they changed.
+      return `${frame.artifactId} ${frame.baseIndex + 0}->${frame.index + 0} ` +
+        frame.changes.map((c) => `${c.start + 0}-${c.end + 0}:${c.text.length}`).join() +
+        (frame.title == null ? "" : ` ${frame.title.toUpperCase()}`) +
+        (frame.language == null ? "" : ` ${frame.language.toLowerCase()}`);
     case "title":
       return frame.title.toUpperCase();
     case "context_update":
