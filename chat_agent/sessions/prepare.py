@@ -18,7 +18,7 @@ from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import MemoryBook, render_memories
 from chat_agent.canvas.quick_actions import QuickActionError, fits, instructions, label
 from chat_agent.config import Settings
-from chat_agent.context.prompting import artifact_block, highlight_block, system_blocks
+from chat_agent.context.prompting import artifact_block, artifact_edit_block, highlight_block, system_blocks
 from chat_agent.context.prompts import SYSTEM_PROMPT
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
@@ -66,13 +66,16 @@ def _model_content(live: LiveConversation, plan: Plan, attached: list[dict[str, 
     canvas, version = live.canvas, live.canvas.current
     if plan.highlight is not None and version is not None:
         return [*blocks, highlight_block(version, plan.highlight, plan.request)]
-    # The model sees the current version whenever it has not seen it whole since it changed
-    # (or since a summary or clear may have taken it out of the history). A turn with a
-    # window of recent history shows it regardless, and that showing does not count.
-    if version is not None and (plan.window is not None or canvas.unseen() is not None):
+    # The model sees the current version whenever it does not know it (a change it did not
+    # make, or a summary or clear that may have taken it out of the history): as an edit of
+    # the version it saw when that is smaller, so the turn adds little to the cached history.
+    # A turn with a window of recent history shows it whole regardless, and that does not count.
+    if version is not None and plan.window is not None:
         blocks.append(artifact_block(version))
-        if plan.window is None:
-            canvas.mark_seen()
+    elif version is not None and canvas.unseen() is not None:
+        seen = canvas.seen()
+        blocks.append((artifact_edit_block(seen, version) if seen else None) or artifact_block(version))
+        canvas.mark_seen()
     return [*blocks, {"type": "text", "text": plan.request}]
 
 
@@ -116,7 +119,12 @@ class TurnPreparer:
                     tool_choice=plan.tool_choice, window=plan.window, services=services)
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
                               attachments=attached.visible)
-        return turn, user, _model_content(live, plan, attached.blocks)
+        content = _model_content(live, plan, attached.blocks)
+        if plan.highlight is not None:
+            # The span edit needs only the excerpt: sending the history along with a forced
+            # tool_choice would process all of it again, uncached.
+            turn.focus = content
+        return turn, user, content
 
     def _tool_names(self, message: MessageIn) -> list[str]:
         wanted = message.settings
