@@ -10,7 +10,8 @@ right after an artifact change. For every turn, `done.usage` says how the input 
 only `cacheReadTokens` were read from the cache; `cacheWriteTokens` were processed in full
 (and billed at 1.25x) to be written, `inputTokens` were not cached at all.
 Goal 1: from turn 3 on, every turn reads >= 80% of its input tokens (reads + writes +
-uncached) from the cache.
+uncached) from the cache. A quick action follows, shown but not judged: it forces
+rewrite_artifact, and the API keys the message cache by tool_choice.
 
 Then a highlight edit on artifacts of 10k, 100k and 400k characters: the tokens (tiktoken)
 of the user message the model gets for the span edit. Goal 2: <= 2,000 whatever the size.
@@ -58,9 +59,9 @@ def user_edit(content: str, n: int) -> str:
 
 
 def session_script(doc: str) -> list[tuple[str, list, dict]]:
-    """(kind, replies, message) per turn: 20 turns of a plausible canvas session. "edit": the
-    user edits the artifact by hand before the message; "select": the user selects the
-    previous version before it."""
+    """(kind, replies, message) per turn: 20 turns of a plausible canvas session, then a quick
+    action. "edit": the user edits the artifact by hand before the message; "select": the
+    user selects the previous version before it."""
     tool = lambda name, args: [Reply([ToolUse(name, args)]), Reply("Done.")]  # noqa: E731
     turns = [("generate", tool("generate_artifact", {"title": "Guide", "type": "text", "content": doc}),
               {"content": "Write a guide to the canvas."})]
@@ -79,6 +80,11 @@ def session_script(doc: str) -> list[tuple[str, list, dict]]:
             turns.append(("edit", [Reply([Text("Sure.")])], {"content": f"I reworded a line; any tips for part {i}?"}))
         else:
             turns.append(("select", [Reply(f"Section {i} reads well. " * 3)], {"content": "Does it read well now?"}))
+    # Shown, not judged: a quick action forces rewrite_artifact, and the API keys the message
+    # cache by tool_choice, so its forced call reads no history from the cache; the whole new
+    # version it writes is then new input to the reply after it.
+    turns.append(("quick", tool("rewrite_artifact", {"content": doc.replace("canvas", "canvas 🎨")}),
+                  {"content": "", "canvas": {"quickAction": {"name": "emojis"}}}))
     return turns
 
 
@@ -168,12 +174,13 @@ async def main() -> int:
     for n, (kind, u) in enumerate(usages, 1):
         total = u["inputTokens"] + u["cacheWriteTokens"] + u["cacheReadTokens"]
         read = u["cacheReadTokens"] / total if total else 0.0
-        if n >= 3:
+        if n >= 3 and kind != "quick":
             shares.append(read)
-        print(f"{n:4}  {kind:9}  {u['inputTokens']:5}  {u['cacheWriteTokens']:10}  {u['cacheReadTokens']:9}  {read:6.1%}")
+        print(f"{n:4}  {kind:9}  {u['inputTokens']:5}  {u['cacheWriteTokens']:10}  {u['cacheReadTokens']:9}  {read:6.1%}"
+              + ("  (not judged: a forced tool_choice reads no message from the cache)" if kind == "quick" else ""))
     worst = min(shares)
     print(f"\nfrom turn 3: worst share of input read from cache {worst:.1%} (goal >= 80%): "
-          f"ratio {worst / 0.8:.3f} {'PASS' if worst >= 0.8 else 'FAIL'}")
+          f"ratio {worst:.3f} (target >= 0.8) {'PASS' if worst >= 0.8 else 'FAIL'}")
     for chars, tokens in sizes.items():
         print(f"span edit on a {chars:,}-character artifact: {tokens:,} tokens of artifact context")
     biggest = max(sizes.values())
