@@ -93,3 +93,25 @@ async def test_the_turn_after_an_artifact_change_reads_the_history_from_cache(se
     shown = last_message(fake.main_bodies[-1])
     assert "<artifact title=" in shown and "The end." in shown and "<artifact_edit" not in shown
     await ws.close()
+
+
+async def test_a_change_is_shown_whole_when_a_summary_is_due(make_server, fake_anthropic):
+    """The summary before the turn's first call would drop the version an edit applies to."""
+    server = make_server(CHAT_AGENT_SUMMARY_CHARS="7000")
+    ws, _ = await connect(server)
+    await turn(ws, fake_anthropic, Reply([ToolUse("generate_artifact", {"title": "Guide", "type": "text",
+                                                                        "content": DOC})]),
+               Reply("Written."), content="write a guide")
+    await change(ws, type="edit_artifact", content=DOC.replace("Line 30 of", "Line 30, by hand, of"))
+    await turn(ws, fake_anthropic, Reply("I see."), content="a small change")
+    assert "<artifact_edit " in last_message(fake_anthropic.main_bodies[-1])  # no summary due yet
+    await change(ws, type="edit_artifact", content=DOC.replace("Line 31 of", "Line 31, by hand, of"))
+    fake_anthropic.enqueue(Reply("I see."))
+    await send(ws, type="message", content="and another, with a long note: " + "z" * 2_000)
+    frames = await until(ws, "done")
+    assert any(f["type"] == "context_update" and f["summarized"] for f in frames)
+    body = fake_anthropic.main_bodies[-1]
+    assert "<conversation_summary>" in json.dumps(body["messages"][0])
+    shown = last_message(body)
+    assert "<artifact title=" in shown and "Line 31, by hand, of" in shown and "<artifact_edit" not in shown
+    await ws.close()

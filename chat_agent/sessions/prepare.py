@@ -20,14 +20,14 @@ from chat_agent.canvas.quick_actions import QuickActionError, fits, instructions
 from chat_agent.config import Settings
 from chat_agent.context.prompting import artifact_block, artifact_edit_block, highlight_block, system_blocks
 from chat_agent.context.prompts import SYSTEM_PROMPT
-from chat_agent.context.tokens import TokenCounter
+from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
 from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
-from chat_agent.store import Store
+from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
@@ -66,18 +66,28 @@ def _model_content(live: LiveConversation, plan: Plan, attached: list[dict[str, 
     canvas, version = live.canvas, live.canvas.current
     if plan.highlight is not None and version is not None:
         return [*blocks, highlight_block(version, plan.highlight, plan.request)]
+    request = {"type": "text", "text": plan.request}
     # The model sees the current version whenever it does not know it (a change it did not
-    # make, or a summary or clear that may have taken it out of the history): as an edit of
-    # the version it saw when that is smaller, so the turn adds little to the cached history.
-    # A turn with a window of recent history shows it whole regardless, and that does not count.
+    # make, or a summary or clear that may have taken it out of the history). A turn with a
+    # window of recent history shows it whole regardless, and that does not count.
     if version is not None and plan.window is not None:
         blocks.append(artifact_block(version))
     elif version is not None and canvas.unseen() is not None:
-        seen = canvas.seen()
-        blocks.append((artifact_edit_block(seen, version) if seen else None) or artifact_block(version))
+        blocks.append(_change_block(live, version, content_chars([*blocks, request])))
         canvas.mark_seen()
-    return [*blocks, {"type": "text", "text": plan.request}]
+    return [*blocks, request]
 
+
+def _change_block(live: LiveConversation, version: ArtifactVersionRecord, others: int) -> dict[str, Any]:
+    """The current version as an edit of the one the model saw, when that is smaller, so the
+    turn adds little after the cached history; else whole. A summary before this turn's first
+    call (the history with this message, `others` more characters, past the threshold) would
+    take the version the edit applies to out of the history: then only the whole will do."""
+    seen = live.canvas.seen()
+    edit = artifact_edit_block(seen, version) if seen else None
+    if edit is None or live.manager.needs_summary(adding=others + content_chars([edit])):
+        return artifact_block(version)
+    return edit
 
 
 class TurnPreparer:
