@@ -98,6 +98,13 @@ async def test_the_turn_after_an_artifact_change_reads_the_history_from_cache(se
 async def test_a_change_is_shown_whole_when_a_summary_is_due(make_server, fake_anthropic):
     """The summary before the turn's first call would drop the version an edit applies to."""
     server = make_server(CHAT_AGENT_SUMMARY_CHARS="7000")
+    try:
+        await _summary_due(server, fake_anthropic)
+    finally:
+        fake_anthropic.clear()  # other tests look for their own summary call in the shared log
+
+
+async def _summary_due(server, fake_anthropic) -> None:
     ws, _ = await connect(server)
     await turn(ws, fake_anthropic, Reply([ToolUse("generate_artifact", {"title": "Guide", "type": "text",
                                                                         "content": DOC})]),
