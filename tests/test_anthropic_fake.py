@@ -364,22 +364,63 @@ async def test_redacted_thinking_goes_back_only_as_issued(fake, client) -> None:
 # -- usage and prompt caching -------------------------------------------------------------------------
 
 
+SYSTEM_TEXT = "You are a helpful agent. " * 200  # 5,000 characters: above the 1,024-token minimum
+QUESTION = "long question " * 400
+
+
 async def test_cache_creation_then_read(fake, client) -> None:
-    system = [cached("You are a helpful agent. " * 40)]
+    system = [cached(SYSTEM_TEXT)]
     first = await client.messages.create(**request(system=system))
     second = await client.messages.create(**request(user("hi"), assistant("Echo: hi"), user("more"), system=system))
-    assert first.usage.cache_creation_input_tokens > 200 and first.usage.cache_read_input_tokens == 0
+    assert first.usage.cache_creation_input_tokens > 1024 and first.usage.cache_read_input_tokens == 0
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
     assert second.usage.cache_creation_input_tokens == 0
     assert second.usage.input_tokens > first.usage.input_tokens  # the uncached tail grew
 
 
 async def test_moving_breakpoint_reads_the_previous_prefix(fake, client) -> None:
-    first = await client.messages.create(**request(user([cached("long question " * 50)])))
-    history = [user([{"type": "text", "text": "long question " * 50}]), assistant("answer"), user([cached("next")])]
+    first = await client.messages.create(**request(user([cached(QUESTION)])))
+    history = [user([{"type": "text", "text": QUESTION}]), assistant("answer"), user([cached("next")])]
     second = await client.messages.create(**request(*history))
     assert second.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
     assert 0 < second.usage.cache_creation_input_tokens < first.usage.cache_creation_input_tokens
+
+
+async def test_a_prefix_below_the_minimum_is_not_cached(fake, client) -> None:
+    system = [cached("You are a helpful agent. " * 40)]  # 250 tokens: under Sonnet's 1,024
+    for _ in range(2):
+        usage = (await client.messages.create(**request(system=system))).usage
+        assert usage.cache_creation_input_tokens == 0 and usage.cache_read_input_tokens == 0
+    # Haiku 4.5 needs 4,096 tokens: what Sonnet caches, it does not.
+    usage = (await client.messages.create(**{**request(system=[cached(SYSTEM_TEXT)]), "model": "claude-haiku-4-5"})).usage
+    assert usage.cache_creation_input_tokens == 0 and usage.input_tokens > 1024
+
+
+async def test_tool_choice_and_thinking_key_the_message_cache(fake, client) -> None:
+    """Changing either keeps tools and system cached but misses every message block."""
+    system = [cached(SYSTEM_TEXT)]
+    messages = [user([cached(QUESTION)])]
+    first = await client.messages.create(**request(*messages, system=system, tools=[SEARCH]))
+    forced = await client.messages.create(**request(*messages, system=system, tools=[SEARCH],
+                                                    tool_choice={"type": "tool", "name": "web_search"}))
+    system_tokens = forced.usage.cache_read_input_tokens
+    assert 1024 < system_tokens < first.usage.cache_creation_input_tokens  # tools and system only
+    assert forced.usage.cache_creation_input_tokens == first.usage.cache_creation_input_tokens - system_tokens
+    auto = await client.messages.create(**request(*messages, system=system, tools=[SEARCH], tool_choice={"type": "auto"}))
+    assert auto.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens  # absent means auto
+    thinking = await client.messages.create(**request(*messages, system=system, tools=[SEARCH], thinking=THINKING))
+    assert thinking.usage.cache_read_input_tokens == system_tokens
+
+
+async def test_lookback_is_twenty_blocks(fake, client) -> None:
+    """A breakpoint finds an earlier one's entry at most 20 blocks back; further, it misses."""
+    blocks = [{"type": "text", "text": f"note {n}"} for n in range(25)]
+    first = await client.messages.create(**request(user([cached(QUESTION)])))
+    near = await client.messages.create(**request(user([{"type": "text", "text": QUESTION}, *blocks[:18],
+                                                        cached("end")])))
+    assert near.usage.cache_read_input_tokens == first.usage.cache_creation_input_tokens
+    far = await client.messages.create(**request(user([{"type": "text", "text": QUESTION}, *blocks, cached("end")])))
+    assert far.usage.cache_read_input_tokens == 0
 
 
 async def test_count_tokens(fake, client) -> None:

@@ -94,8 +94,8 @@ async def test_canvas_session(make_server, fake_anthropic, tmp_path):
     assert edited(frames, v3, 4) == v4
     sent = fake_anthropic.main_bodies[-2]
     assert sent["tool_choice"] == {"type": "tool", "name": "rewrite_artifact"} and "emojis" in main_text(sent)
-    # after a span edit the model is shown the whole current version again
-    assert "<artifact " in main_text(sent)
+    # the model knows the result of its own span edit of a version it had seen: not re-sent
+    assert "<artifact" not in main_text(sent)
 
     # select an old version, then the user edits it: a new last version
     await send(ws, type="select_artifact_version", index=1)

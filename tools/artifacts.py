@@ -107,8 +107,10 @@ def build_update(settings: Settings) -> BaseTool:
         if current is None:
             raise ValueError("There is no artifact to update yet; create one with generate_artifact.")
         content, start, end = _splice(current.content, ctx, target, replacement)
+        # An edit of the version the model has seen leaves it knowing the result (it chose
+        # the text and its replacement), so the next turn need not show it again.
         state = canvas.add_version(type=current.type, title=current.title, language=current.language,
-                                   content=content, source="model")
+                                   content=content, source="model", seen_by_model=canvas.unseen() is None)
         text, output = _summary(state, "Updated")
         output["edit"] = {"start": start, "end": end, "length": len(replacement)}
         return f"{text} Replaced characters {start}-{end} with {len(replacement)} characters.", output

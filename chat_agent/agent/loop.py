@@ -68,6 +68,9 @@ class Turn:
     tools: list[dict[str, Any]]
     thinking: bool = False
     tool_choice: dict[str, Any] | None = None  # forced on the first call only (highlights, quick actions)
+    # What that forced call is sent instead of the history (a highlight's span edit): the API
+    # keys the message cache by tool_choice, so a forced call reads none of the history from it.
+    focus: list[dict[str, Any]] | None = None
     window: int | None = None  # history messages before this turn the model sees (None: all)
     start: int = 0  # where this turn's messages begin in the history (set by run_turn)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
@@ -138,7 +141,11 @@ def _request(agent: Agent, conv: ConversationManager, turn: Turn) -> ModelReques
     budget = settings.thinking_budget if turn.thinking else None
     max_tokens = settings.max_output_tokens + (budget or 0)
     choice, turn.tool_choice = turn.tool_choice, None
-    return ModelRequest(model=turn.model, system=turn.system, messages=with_breakpoint(_messages(conv, turn)),
+    if choice is not None and turn.focus is not None:
+        messages = [{"role": "user", "content": turn.focus}]  # no breakpoint: nothing would read it again
+    else:
+        messages = with_breakpoint(_messages(conv, turn))
+    return ModelRequest(model=turn.model, system=turn.system, messages=messages,
                         tools=cached_tools(turn.tools), max_tokens=max_tokens, thinking_budget=budget,
                         tool_choice=choice)
 

@@ -45,11 +45,14 @@ class Canvas:
         self._writer = writer
         # Publishes what clients are told of a change (the conversation sets it).
         self.on_change: Callable[[Announcement], object] = lambda frame: None
-        # The version the model last saw whole (it wrote it, or was shown it) and the epoch
-        # of the history it saw it in (a summary or a clear may have dropped it since). A
-        # turn shows the current version only when this differs, so the history stays cacheable.
+        # The version the model last saw whole (it wrote it, was shown it, or made a known
+        # edit to one it had seen) and the epoch of the history it saw it in (a summary or a
+        # clear may have dropped it since). A turn shows the current version only when this
+        # differs, so the history stays cacheable; its content lets the turn show a change as
+        # an edit of what the model saw.
         self._history_epoch = history_epoch
         self._seen = (0, 0)
+        self._seen_content: str | None = None
         self.changes = 0  # versions added since the process opened the conversation
 
     @property
@@ -70,15 +73,24 @@ class Canvas:
             return None
         return current
 
+    def seen(self) -> tuple[int, str] | None:
+        """The index and content of the version the model last saw whole, while the history
+        it saw it in still stands."""
+        if self._seen_content is None or self._seen[1] != self._history_epoch():
+            return None
+        return self._seen[0], self._seen_content
+
     def mark_seen(self) -> None:
-        """The current version was put in front of the model whole."""
+        """The current version was put in front of the model (whole, or as an edit of one it saw)."""
         if self.current is not None:
             self._seen = (self.current.index, self._history_epoch())
+            self._seen_content = self.current.content
 
     def add_version(self, *, type: ArtifactKind, title: str, language: str | None, content: str,
                     source: Literal["model", "user"], seen_by_model: bool = False) -> ArtifactState:
         """Appends a version (after the last one, whichever is selected) and makes it current.
-        `seen_by_model`: the model wrote this version whole, so it need not be shown it."""
+        `seen_by_model`: the model knows this version (it wrote it whole, or edited one it had
+        seen), so it need not be shown it."""
         record = self._record
         base = record.current if record else None
         index = record.version_count + 1 if record else 1

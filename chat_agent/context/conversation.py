@@ -64,8 +64,9 @@ class ConversationManager:
         if self._overhead == 0:
             self._set_overhead(estimate())
 
-    def needs_summary(self) -> bool:
-        return self._chars > self._summary_chars
+    def needs_summary(self, adding: int = 0) -> bool:
+        """Whether the history (with `adding` more characters) is due for a summary."""
+        return self._chars + adding > self._summary_chars
 
     # ---- the visible history ----------------------------------------------------------
 

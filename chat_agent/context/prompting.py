@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from chat_agent.context.diff import line_diff
 from chat_agent.protocol import Highlight
 from chat_agent.store import ArtifactVersionRecord
 
@@ -19,7 +20,7 @@ EXCERPT_CHARS = 500  # context either side of a highlight the model sees for a s
 
 CANVAS_INSTRUCTIONS = """You work beside a canvas holding one artifact: a markdown document or a program the user is writing with you.
 - Write substantial content the user will keep (an essay, a post, a plan, code) into the canvas with generate_artifact, not into the chat.
-- Change it with update_artifact for targeted edits (exact target text and its replacement) and with rewrite_artifact for changes that touch most of it. Its current version is shown to you whenever it changed.
+- Change it with update_artifact for targeted edits (exact target text and its replacement) and with rewrite_artifact for changes that touch most of it. When it changes other than by your own edits, you are shown its current version, or how it differs from the version you saw.
 - Keep chat replies short when the canvas holds the work: say what you did and what the user might do next.
 - Record durable facts about the user and their style preferences with reflect, sparingly."""
 
@@ -59,6 +60,20 @@ def _attributes(version: ArtifactVersionRecord) -> str:
 
 def artifact_block(version: ArtifactVersionRecord) -> dict[str, Any]:
     return {"type": "text", "text": f"<artifact {_attributes(version)}>\n{version.content}\n</artifact>"}
+
+
+def artifact_edit_block(seen: tuple[int, str], version: ArtifactVersionRecord) -> dict[str, Any] | None:
+    """The change from the version the model saw (index, content) to `version`, as a line
+    diff; None when the diff is not much smaller than the version itself (show it whole)."""
+    base, old = seen
+    diff = line_diff(old, version.content)
+    if len(diff) * 2 > len(version.content):
+        return None
+    change = (f"Version {version.index} is version {base}, which you saw, with these changes (a line diff: "
+              "` ` unchanged, `-` removed, `+` added):\n" + diff) if diff else \
+        f"Version {version.index} has the same content as version {base}, which you saw."
+    return {"type": "text", "text": (f"<artifact_edit {_attributes(version)} base_version=\"{base}\">\n"
+                                     f"The artifact changed since you last saw it. {change}</artifact_edit>")}
 
 
 def highlight_block(version: ArtifactVersionRecord, highlight: Highlight, request: str) -> dict[str, Any]:

@@ -18,16 +18,16 @@ from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import MemoryBook, render_memories
 from chat_agent.canvas.quick_actions import QuickActionError, fits, instructions, label
 from chat_agent.config import Settings
-from chat_agent.context.prompting import artifact_block, highlight_block, system_blocks
+from chat_agent.context.prompting import artifact_block, artifact_edit_block, highlight_block, system_blocks
 from chat_agent.context.prompts import SYSTEM_PROMPT
-from chat_agent.context.tokens import TokenCounter
+from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
 from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
-from chat_agent.store import Store
+from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
@@ -66,15 +66,28 @@ def _model_content(live: LiveConversation, plan: Plan, attached: list[dict[str, 
     canvas, version = live.canvas, live.canvas.current
     if plan.highlight is not None and version is not None:
         return [*blocks, highlight_block(version, plan.highlight, plan.request)]
-    # The model sees the current version whenever it has not seen it whole since it changed
-    # (or since a summary or clear may have taken it out of the history). A turn with a
-    # window of recent history shows it regardless, and that showing does not count.
-    if version is not None and (plan.window is not None or canvas.unseen() is not None):
+    request = {"type": "text", "text": plan.request}
+    # The model sees the current version whenever it does not know it (a change it did not
+    # make, or a summary or clear that may have taken it out of the history). A turn with a
+    # window of recent history shows it whole regardless, and that does not count.
+    if version is not None and plan.window is not None:
         blocks.append(artifact_block(version))
-        if plan.window is None:
-            canvas.mark_seen()
-    return [*blocks, {"type": "text", "text": plan.request}]
+    elif version is not None and canvas.unseen() is not None:
+        blocks.append(_change_block(live, version, content_chars([*blocks, request])))
+        canvas.mark_seen()
+    return [*blocks, request]
 
+
+def _change_block(live: LiveConversation, version: ArtifactVersionRecord, others: int) -> dict[str, Any]:
+    """The current version as an edit of the one the model saw, when that is smaller, so the
+    turn adds little after the cached history; else whole. A summary before this turn's first
+    call (the history with this message, `others` more characters, past the threshold) would
+    take the version the edit applies to out of the history: then only the whole will do."""
+    seen = live.canvas.seen()
+    edit = artifact_edit_block(seen, version) if seen else None
+    if edit is None or live.manager.needs_summary(adding=others + content_chars([edit])):
+        return artifact_block(version)
+    return edit
 
 
 class TurnPreparer:
@@ -116,7 +129,12 @@ class TurnPreparer:
                     tool_choice=plan.tool_choice, window=plan.window, services=services)
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
                               attachments=attached.visible)
-        return turn, user, _model_content(live, plan, attached.blocks)
+        content = _model_content(live, plan, attached.blocks)
+        if plan.highlight is not None:
+            # The span edit needs only the excerpt: sending the history along with a forced
+            # tool_choice would process all of it again, uncached.
+            turn.focus = content
+        return turn, user, content
 
     def _tool_names(self, message: MessageIn) -> list[str]:
         wanted = message.settings

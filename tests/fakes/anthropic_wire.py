@@ -183,18 +183,26 @@ def _json_pieces(block: dict[str, Any], chunk_size: int | None, raw_json: str | 
 
 
 class PromptCache:
-    """Prefixes this server has cached, keyed by a running hash over the request's blocks."""
+    """Prefixes this server has cached, keyed by a running hash over the request's blocks.
+
+    As the real API documents it: a hit is a prefix (tools, then system, then messages) that
+    ended at a breakpoint of an earlier request, found by looking back at most 20 blocks from
+    a breakpoint of this one; a prefix shorter than the model's minimum is never cached; and
+    the messages part is keyed by `tool_choice` and the thinking settings too (changing either
+    keeps the tools and system cache but misses every message block)."""
 
     def __init__(self) -> None:
         self._seen: set[str] = set()
         self._lock = threading.Lock()
 
     def usage(self, body: dict[str, Any]) -> dict[str, Any]:
-        segments = _segments(body)
-        hashes, sizes = _prefix_hashes(body["model"], segments), _prefix_sizes(segments)
+        segments, head = _segments(body), _head_length(body)
+        hashes, sizes = _prefix_hashes(body, segments, head), _prefix_sizes(segments)
         breakpoints = [i for i, (_, marked) in enumerate(segments) if marked]
         if body.get("cache_control") and segments:
             breakpoints.append(len(segments) - 1)  # top-level cache_control marks the last block
+        minimum = min_cacheable_tokens(body["model"])
+        breakpoints = [b for b in breakpoints if tokens(sizes[b]) >= minimum]  # too short: silently not cached
         total = max(1, tokens(sizes[-1] if sizes else 0))
         if not breakpoints:
             return usage_dict(total, 0, 0)
@@ -211,6 +219,16 @@ class PromptCache:
             if near and hashes[end] in self._seen:
                 return end
         return None
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix the real API caches for this model (shorter ones are processed
+    uncached, without an error)."""
+    if any(name in model for name in ("opus-4-5", "opus-4-6", "haiku-4-5")):
+        return 4096
+    if "haiku" in model:
+        return 2048
+    return 1024
 
 
 def total_input_tokens(body: dict[str, Any]) -> int:
@@ -249,9 +267,23 @@ def _strip_cache_control(block: Any) -> str:
     return dumps(block)
 
 
-def _prefix_hashes(model: str, segments: list[tuple[str, bool]]) -> list[str]:
-    digest, out = hashlib.sha256(model.encode()).hexdigest(), []
-    for text, _ in segments:
+def _head_length(body: dict[str, Any]) -> int:
+    """How many of the segments are tools and system (the rest are message blocks)."""
+    system = body.get("system")
+    count = 1 if isinstance(system, str) else len(system) if isinstance(system, list) else 0
+    return len(body.get("tools") or []) + count
+
+
+def _messages_key(body: dict[str, Any]) -> str:
+    """What the message blocks' cache depends on besides their content (absent means auto)."""
+    return dumps({"tool_choice": body.get("tool_choice") or {"type": "auto"}, "thinking": body.get("thinking")})
+
+
+def _prefix_hashes(body: dict[str, Any], segments: list[tuple[str, bool]], head: int) -> list[str]:
+    digest, out = hashlib.sha256(body["model"].encode()).hexdigest(), []
+    for n, (text, _) in enumerate(segments):
+        if n == head:
+            digest = hashlib.sha256((digest + _messages_key(body)).encode()).hexdigest()
         digest = hashlib.sha256((digest + text).encode()).hexdigest()
         out.append(digest)
     return out
