@@ -200,6 +200,10 @@ class StoreWriter:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
+            # One more turn of the event loop: what the same step of a turn publishes next
+            # (its last text, `context_update`, `done`) joins this commit instead of waiting
+            # for it to finish and taking one more.
+            await asyncio.sleep(0)
             self._wake.clear()
             batch, ticket = self._queue, self._submitted
             self._queue = []
