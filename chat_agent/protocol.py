@@ -15,7 +15,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "refusal_detail")
+FEATURES: tuple[str, ...] = ("parts", "refusal_detail", "paging")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -241,7 +241,8 @@ class SessionFrame(ServerFrame):
     features: list[str] = Field(default_factory=lambda: list(FEATURES))
     title: str | None = None
     artifact: ArtifactState | None = None
-    messages: list[VisibleMessage] = Field(default_factory=list)
+    messages: list[VisibleMessage] = Field(default_factory=list)  # the newest 50 at most
+    more_before: str | None = None  # the oldest message sent when older ones exist (1.1 paging)
     context: ContextInfo
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
