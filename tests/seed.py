@@ -3,9 +3,11 @@ would have left them after many turns: for tests and benchmarks that need a 100-
 1,000-turn conversation without running that many turns.
 
 Each turn is a user message and a reply that called a tool (text, a tool card with its
-input and output, more text), at sizes a real chat has; the model-facing history holds the
-same exchange as API messages, summarized the way ConversationManager does once it passes
-`summary_chars` (the older part becomes a summary, about a quarter is kept verbatim).
+input and output, more text), at sizes a real chat has, or with `tools=False` a short
+exchange of text alone (as simple turns through the fake model leave). The model-facing
+history holds the same exchange as API messages, summarized the way ConversationManager
+does once it passes `summary_chars` (the older part becomes a summary, about a quarter is
+kept verbatim).
 """
 
 from __future__ import annotations
@@ -64,6 +66,18 @@ def turn(rng: random.Random, n: int, at: float) -> tuple[list[HistoryItem], list
     return visible, model
 
 
+def simple_turn(rng: random.Random, n: int, at: float) -> tuple[list[HistoryItem], list[HistoryItem]]:
+    """One short turn of text alone: its two visible and two model-facing messages."""
+    question = f"Question {n}: " + prose(rng, rng.randint(20, 80))
+    answer = f"Answer {n}: " + prose(rng, rng.randint(60, 200))
+    user = VisibleMessage(id=f"msg_u{n:06d}", role="user", created_at=at, parts=[TextPart(text=question)])
+    reply = VisibleMessage(id=f"msg_a{n:06d}", role="assistant", created_at=at + 1, parts=[TextPart(text=answer)])
+    visible = [_item(m.id, m.model_dump(mode="json", exclude_none=True), len(m.content)) for m in (user, reply)]
+    model = [_item(f"h{n:06d}{i}", {"role": role, "content": [{"type": "text", "text": text}]}, len(text))
+             for i, (role, text) in enumerate((("user", question), ("assistant", answer)))]
+    return visible, model
+
+
 def _summarized(model: list[HistoryItem], summary_chars: int) -> list[HistoryItem]:
     """What a summary leaves: a summary in front of the newest quarter, cut at a user turn."""
     keep, kept = summary_chars // 4, 0
@@ -85,13 +99,13 @@ def _opens_turn(message: dict[str, Any]) -> bool:
 
 
 async def seed_conversation(store: Store, owner: str, conversation_id: str, turns: int, *, created_at: float,
-                            seed: int = 0, summary_chars: int = SUMMARY_CHARS) -> None:
+                            seed: int = 0, tools: bool = True, summary_chars: int = SUMMARY_CHARS) -> None:
     """A conversation of `turns` finished turns, committed to `store`."""
     rng = random.Random(seed)
     visible: list[HistoryItem] = []
     model: list[HistoryItem] = []
     for n in range(turns):
-        shown, said = turn(rng, n, created_at + n * 60)
+        shown, said = (turn if tools else simple_turn)(rng, n, created_at + n * 60)
         visible += shown
         model += said
         if sum(item.chars for item in model) > summary_chars:

@@ -4,6 +4,7 @@ cursor; long conversations are written into the SQLite file before the server st
 
 from __future__ import annotations
 
+import json
 import signal
 from pathlib import Path
 
@@ -15,10 +16,12 @@ from tests.support import connect, recv, send, until
 OWNER = "local"  # the one user when auth is off
 
 
-async def seed(data: Path, turns: dict[str, int], start: float = 1_700_000_000.0) -> None:
+async def seed(data: Path, turns: dict[str, int], start: float = 1_700_000_000.0, tools: bool = False) -> None:
+    """Conversations of short text turns (or with `tools`, replies with tool cards and
+    realistic sizes), one a second apart in activity."""
     async with SqliteStore(data / "chat-agent.db") as store:
         for n, (conversation_id, count) in enumerate(turns.items()):
-            await seed_conversation(store, OWNER, conversation_id, count, created_at=start + n, seed=n)
+            await seed_conversation(store, OWNER, conversation_id, count, created_at=start + n, seed=n, tools=tools)
 
 
 def page_back(server, conversation_id: str, before: str | None, limit: int = 50) -> list[dict]:
@@ -61,12 +64,27 @@ async def test_session_has_the_newest_50_and_pages_reach_every_message_once(make
     # the whole history over HTTP says the same, in the same order
     whole = server.get("/api/conversations/c120")[1]["messages"]
     assert [m["id"] for m in whole] == ids
-    assert everything[1]["parts"][1]["type"] == "tool" and everything[1]["parts"][1]["output"]
     # without `before`: the newest page, as `session` has it
     status, body = server.get("/api/conversations/c120/messages?limit=10")
     assert status == 200 and [m["id"] for m in body["messages"]] == ids[-10:] and body["moreBefore"] == ids[-10]
     status, body = server.get(f"/api/conversations/c120/messages?before={ids[2]}")
     assert status == 200 and [m["id"] for m in body["messages"]] == ids[:2] and body["moreBefore"] is None
+
+
+async def test_a_session_of_long_replies_stays_small(make_server, tmp_path):
+    """Replies with tool output are ~3 KB each: `session` carries the newest that fit ~48 KB
+    (fewer than 50), and the pages before them hold the rest."""
+    data = tmp_path / "data"
+    await seed(data, {"tools": 40}, tools=True)
+    server = make_server(data)
+    ws, session = await connect(server, "tools")
+    await ws.close()
+    messages = session["messages"]
+    assert 5 < len(messages) < 50 and session["moreBefore"] == messages[0]["id"]
+    assert messages[-1]["id"] == "msg_a000039" and messages[-1]["parts"][1]["type"] == "tool"
+    assert len(json.dumps(session)) < 64_000
+    older = page_back(server, "tools", session["moreBefore"], limit=200)
+    assert [m["id"] for m in older + messages] == [f"msg_{r}{n:06d}" for n in range(40) for r in "ua"]
 
 
 async def test_bad_paging_requests_are_refused(make_server, tmp_path):

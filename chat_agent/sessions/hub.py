@@ -25,6 +25,7 @@ from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
+from chat_agent.sessions.pages import visible_page
 from chat_agent.sessions.prepare import TurnPreparer
 from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistorySize,
                               Store, StoreWriter)
@@ -88,10 +89,7 @@ class Hub:
             return await live.page(before, limit)
         await self.writer.flush()
         page = await self.store.history_page(owner, conversation_id, "visible", before, limit)
-        if page is None:
-            return None
-        messages = [VisibleMessage.model_validate(item.data) for item in page.items]
-        return messages, (messages[0].id if page.more and messages else None)
+        return None if page is None else visible_page(page, None)
 
     async def artifact(self, owner: str, conversation_id: str) -> ArtifactState | None:
         live = self.live(owner, conversation_id)

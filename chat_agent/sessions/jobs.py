@@ -13,7 +13,8 @@ from chat_agent.config import Settings
 from chat_agent.model import ModelClient
 from chat_agent.protocol import StopReason
 from chat_agent.sessions.background import Background
-from chat_agent.sessions.live import SESSION_MESSAGES, LiveConversation
+from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.pages import SESSION_MESSAGES
 
 # The newest messages a reflection reads (its transcript keeps the newest 20,000 characters).
 REFLECTION_MESSAGES = 200

@@ -21,11 +21,11 @@ from chat_agent.protocol import (ArtifactFrame, ContextCleared, ContextInfo, Con
                                  ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
 from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
 from chat_agent.sessions.runner import drive
+from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
-SESSION_MESSAGES = 50  # the newest messages a `session` frame carries (PROTOCOL 1.1)
 KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
 T = TypeVar("T")
 
@@ -274,7 +274,7 @@ class LiveConversation:
             return None, before, limit
 
         reply, page = await self._consistent(capture)
-        return None if page is None else _messages(page, reply)
+        return None if page is None else visible_page(page, reply)
 
     async def recent(self, limit: int) -> list[VisibleMessage]:
         """The newest `limit` messages of the visible history (a background job's reading)."""
@@ -293,7 +293,8 @@ class LiveConversation:
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 
         (frame, reply), page = await self._consistent(capture)
-        frame.messages, frame.more_before = _messages(page or HistoryPage([], False), reply)
+        budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
+        frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
         return frame
 
     async def _consistent(self, capture: Callable[[], tuple[T, str | None, int]]) -> tuple[T, HistoryPage | None]:
@@ -308,10 +309,3 @@ class LiveConversation:
             page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
             if self.manager is manager and manager.visible_version == version:
                 return captured, page
-
-
-def _messages(page: HistoryPage, reply: VisibleMessage | None) -> tuple[list[VisibleMessage], str | None]:
-    messages = [VisibleMessage.model_validate(item.data) for item in page.items]
-    if reply is not None:
-        messages.append(reply)
-    return messages, (messages[0].id if page.more and messages else None)
