@@ -198,3 +198,29 @@ async def test_pages_survive_a_restart(make_server, tmp_path, fake_anthropic):
     assert again["context"]["tokens"] == tokens  # what the API last measured, not recounted
     listed = server.get("/api/conversations")[1]
     assert [c["id"] for c in listed["conversations"]] == ["c70"] and listed["nextCursor"] is None
+
+
+async def test_the_client_lists_every_conversation_and_reads_older_messages(make_server, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.support import ROOT
+
+    data = tmp_path / "data"
+    await seed(data, {**{f"c{n:03d}": 1 for n in range(60)}, "long": 40})
+    server = make_server(data)
+
+    def client(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60, input=stdin)
+
+    listed = client("--list")
+    assert listed.returncode == 0, listed.stderr
+    ids = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert ids == ["long"] + [f"c{n:03d}" for n in reversed(range(60))]  # two pages of 50, newest first
+    shown = client("--conversation", "long", stdin="/more\n/more\n/more\n/quit\n")
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert "(older messages: /more)" in out and "(the beginning)" in out
+    assert "Question 39:" in out and "Question 0:" in out  # the newest page, then pages before it
+    assert out.index("Question 39:") < out.index("Question 0:") and "no older messages" in out
