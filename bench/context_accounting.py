@@ -37,7 +37,7 @@ from _common import median, ms, pct, run, verdict  # noqa: E402
 from chat_agent.config import Settings  # noqa: E402
 from chat_agent.context.conversation import ConversationManager  # noqa: E402
 from chat_agent.protocol import Usage as TokenUsage  # noqa: E402
-from chat_agent.protocol import VisibleMessage  # noqa: E402
+from chat_agent.protocol import TextPart, VisibleMessage  # noqa: E402
 from chat_agent.store import AppendHistory, CreateConversation, HistoryItem, SqliteStore  # noqa: E402
 from chat_agent.context.summary import plan_summary  # noqa: E402
 from chat_agent.context.tokens import TokenCounter, content_chars  # noqa: E402
@@ -123,7 +123,7 @@ def one_turn(conv: ConversationManager, content: TurnContent, usage_in: int, n: 
     conv.add_assistant(answer, TokenUsage(input_tokens=usage_in + 900, output_tokens=400))
     _ = conv.tokens, conv.max_tokens
     t.append(clock())
-    reply.content = content.answer
+    reply.parts = [TextPart(text=content.answer)]  # content is derived from parts
     conv.replace_visible(reply)
     t.append(clock())
     names = ("user message + check", "reply with tool_use", "tool results + check", "answer", "replace_visible")
