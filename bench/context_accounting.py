@@ -2,8 +2,8 @@
 
 A conversation with ~300,000 characters of model-facing history (user messages, replies
 with tool calls, tool results, answers) is written to a SQLite store in a temp dir and
-loaded back the way `Hub.open` (chat_agent/sessions/hub.py) does (`load_history` for both histories, then a
-`ConversationManager` with a real `StoreWriter`). Then, for each measured turn, on a
+loaded back the way a turn does (`load_history` of the model-facing history, as
+`ConversationManager.load` reads it at a turn's start, into a manager with a real `StoreWriter`). Then, for each measured turn, on a
 manager holding exactly that history (rebuilt from the loaded items between turns, not
 timed), the ConversationManager work of one one-tool turn is timed, in the order
 chat_agent/sessions/live.py and chat_agent/agent/loop.py do it:
@@ -37,7 +37,7 @@ from _common import median, ms, pct, run, verdict  # noqa: E402
 from chat_agent.config import Settings  # noqa: E402
 from chat_agent.context.conversation import ConversationManager  # noqa: E402
 from chat_agent.protocol import Usage as TokenUsage  # noqa: E402
-from chat_agent.protocol import VisibleMessage  # noqa: E402
+from chat_agent.protocol import TextPart, VisibleMessage  # noqa: E402
 from chat_agent.store import AppendHistory, CreateConversation, HistoryItem, SqliteStore  # noqa: E402
 from chat_agent.context.summary import plan_summary  # noqa: E402
 from chat_agent.context.tokens import TokenCounter, content_chars  # noqa: E402
@@ -123,7 +123,7 @@ def one_turn(conv: ConversationManager, content: TurnContent, usage_in: int, n: 
     conv.add_assistant(answer, TokenUsage(input_tokens=usage_in + 900, output_tokens=400))
     _ = conv.tokens, conv.max_tokens
     t.append(clock())
-    reply.content = content.answer
+    reply.parts = [TextPart(text=content.answer)]  # content is derived from parts
     conv.replace_visible(reply)
     t.append(clock())
     names = ("user message + check", "reply with tool_use", "tool results + check", "answer", "replace_visible")
@@ -147,7 +147,7 @@ async def main_async(args: argparse.Namespace) -> bool:
             t_load = time.perf_counter() - t0
 
             def manager() -> ConversationManager:
-                return ConversationManager(OWNER, cid, visible=loaded_visible, model=loaded_model, counter=counter,
+                return ConversationManager(OWNER, cid, model=loaded_model, counter=counter,
                                            writer=writer, summary_chars=settings.summary_chars,
                                            max_tokens=settings.max_context_tokens)
 
@@ -183,8 +183,8 @@ async def main_async(args: argparse.Namespace) -> bool:
     totals = [s["total"] for s in steps]
     print(f"context accounting: history of {history_chars:,} chars ({len(loaded_model)} model messages, "
           f"{len(loaded_visible)} visible, {turns} turns, ~{history_tokens:,} tokens) loaded from SQLite")
-    print(f"  load both histories {ms(t_load)}, build the ConversationManager {ms(t_build)} (once per open, "
-          f"not per turn); plan_summary on it {ms(t_plan)} (only when a summary runs)")
+    print(f"  load both histories {ms(t_load)}, build the ConversationManager {ms(t_build)} (the model-facing "
+          f"history is read once per turn, when it starts); plan_summary on it {ms(t_plan)} (only when a summary runs)")
     print(f"  per turn, {args.turns} turns after {args.warmup} warm-up, each adding {new_chars:,} chars "
           f"(user {args.user_chars}, tool result {args.tool_chars}, answer {args.answer_chars}):")
     for name in steps[0]:

@@ -95,7 +95,7 @@ class Ours:
         self.writer.submit([CreateConversation(OWNER, cid, time.time())])
         await self.writer.flush()
         s = self.settings
-        conv = ConversationManager(OWNER, cid, visible=[], model=[], counter=self.counter, writer=self.writer,
+        conv = ConversationManager(OWNER, cid, model=[], counter=self.counter, writer=self.writer,
                                    summary_chars=s.summary_chars, max_tokens=s.max_context_tokens)
         conv.estimate_overhead(lambda: self.counter.text(SYSTEM_PROMPT) + self.counter.text(json.dumps(self.tools)))
         return conv, Turn(owner=OWNER, conversation_id=cid, model=s.model, system=SYSTEM_PROMPT, tools=self.tools)

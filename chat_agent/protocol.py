@@ -17,7 +17,7 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "artifact_edit", "refusal_detail")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "refusal_detail")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -243,7 +243,8 @@ class SessionFrame(ServerFrame):
     features: list[str] = Field(default_factory=lambda: list(FEATURES))
     title: str | None = None
     artifact: ArtifactState | None = None
-    messages: list[VisibleMessage] = Field(default_factory=list)
+    messages: list[VisibleMessage] = Field(default_factory=list)  # the newest 50 at most
+    more_before: str | None = None  # the oldest message sent when older ones exist (1.1 paging)
     context: ContextInfo
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False

@@ -22,9 +22,9 @@ async def store(db):
     return db
 
 
-def manager(store, counter, summary_chars=300_000, visible=(), model=()) -> ConversationManager:
-    return ConversationManager("u", "c", visible=visible, model=model, counter=counter, writer=store[1],
-                               summary_chars=summary_chars, max_tokens=200_000)
+def manager(store, counter, summary_chars=300_000, model=(), **kwargs) -> ConversationManager:
+    return ConversationManager("u", "c", model=model, counter=counter, writer=store[1], store=store[0],
+                               summary_chars=summary_chars, max_tokens=200_000, **kwargs)
 
 
 async def test_counts_are_incremental_and_corrected_by_usage(store, counter):
@@ -57,10 +57,36 @@ async def test_both_histories_persist(store, counter):
     conv.add_assistant([{"type": "text", "text": "yo"}], TokenUsage(input_tokens=10, output_tokens=2))
     await store[1].flush()
     visible = await store[0].load_history("u", "c", "visible")
-    model = await store[0].load_history("u", "c", "model")
-    again = manager(store, counter, visible=visible, model=model)
-    assert again.messages == conv.messages and again.visible[0].content == "hi"
-    assert again.tokens - again._overhead == conv.tokens - conv._overhead
+    assert [item.data["content"] for item in visible] == ["hi"]
+    # Opened again, a conversation holds only the size of its model-facing history...
+    again = manager(store, counter, model=None, size=await store[0].history_size("u", "c", "model"))
+    assert not again.loaded and again.tokens - again._overhead == conv.tokens - conv._overhead
+    assert again.chars == conv.chars and again.needs_summary() is False
+    # ...and reads it when a turn needs it
+    await again.load()
+    assert again.messages == conv.messages and again.tokens - again._overhead == conv.tokens - conv._overhead
+
+
+async def test_an_idle_conversation_lets_its_history_go_and_reads_it_back(store, counter):
+    conv = manager(store, counter, model=None)
+    await conv.load()
+    conv.add_user("question " + "x" * 300)
+    conv.add_assistant([{"type": "text", "text": "answer"}], TokenUsage(input_tokens=120, output_tokens=7))
+    tokens, chars, messages = conv.tokens, conv.chars, list(conv.messages)
+    conv.release()
+    assert not conv.loaded and (conv.tokens, conv.chars) == (tokens, chars)
+    with pytest.raises(RuntimeError):
+        conv.add_user("not while idle")
+    await conv.load()  # the writer may still hold the writes: load waits for them
+    assert conv.messages == messages and (conv.tokens, conv.chars) == (tokens, chars)
+    conv.add_user("next turn")  # merges nothing: the reply was last
+    assert [m["role"] for m in conv.messages] == ["user", "assistant", "user"]
+    conv.release()
+    conv.clear()  # needs no history in hand
+    assert conv.tokens == 0 and conv.messages == []
+    await store[1].flush()
+    assert await store[0].load_history("u", "c", "model") == []
+    assert await store[0].load_history("u", "c", "visible") == []
 
 
 async def test_summary_replaces_the_old_part_only(store, counter):

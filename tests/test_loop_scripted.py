@@ -37,7 +37,7 @@ def counter() -> TokenCounter:
 async def conv(db, counter) -> ConversationManager:
     """On the conftest's real SQLite store and writer, which it closes after the test."""
     db[1].submit([CreateConversation(OWNER, CONV, 1.0)])
-    return ConversationManager(OWNER, CONV, visible=(), model=(), counter=counter, writer=db[1],
+    return ConversationManager(OWNER, CONV, model=(), counter=counter, writer=db[1],
                                summary_chars=300_000, max_tokens=200_000)
 
 

@@ -23,6 +23,7 @@ from chat_agent.store import (
     EventRecord,
     FinishTurn,
     HistoryItem,
+    HistorySize,
     PruneEvents,
     RecordClientMessageId,
     ReplaceHistory,
@@ -87,6 +88,57 @@ async def test_list_is_newest_activity_first_with_limit(store: SqliteStore) -> N
     # updated_at only rises: an older time stamp arriving late does not reorder the list.
     await store.apply([events_op("c1", range(2, 3), at=4.0)])
     assert (await store.get_conversation(ALICE, "c1")).updated_at == 9.0  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
+async def test_list_pages_by_keyset_with_ties_and_windows(store: SqliteStore) -> None:
+    # c1 at 1.0; five more, three of them tied at 2.0
+    await store.apply([CreateConversation(ALICE, cid, at) for cid, at in
+                       [("c2", 2.0), ("c3", 2.0), ("c4", 2.0), ("c5", 3.0), ("c6", 0.5)]])
+    await store.apply([CreateConversation(BOB, "b1", 2.0)])
+    order = ["c5", "c4", "c3", "c2", "c1", "c6"]  # updated_at descending, ties by id descending
+    assert [c.id for c in await store.list_conversations(ALICE)] == order
+    seen: list[str] = []
+    after = None
+    while True:
+        page = await store.list_conversations(ALICE, 2, after=after)
+        if not page:
+            break
+        seen += [c.id for c in page]
+        after = (page[-1].updated_at, page[-1].id)
+    assert seen == order  # every one once, across the tie, bob's never
+    assert [c.id for c in await store.list_conversations(ALICE, until=2.0)] == ["c4", "c3", "c2", "c1", "c6"]
+    assert [c.id for c in await store.list_conversations(ALICE, since=1.0)] == ["c5", "c4", "c3", "c2"]
+    assert [c.id for c in await store.list_conversations(ALICE, since=0.5, until=2.0, after=(2.0, "c3"))] == [
+        "c2", "c1"]
+
+
+@pytest.mark.asyncio
+async def test_history_pages_and_size(store: SqliteStore) -> None:
+    items = [item(f"m{n}", "x" * n) for n in range(7)]
+    await store.apply([AppendHistory(ALICE, "c1", "visible", tuple(items)),
+                       AppendHistory(ALICE, "c1", "model", (item("a", "abc"),))])
+    newest = await store.history_page(ALICE, "c1", "visible", None, 3)
+    assert newest is not None and [i.id for i in newest.items] == ["m4", "m5", "m6"] and newest.more
+    older = await store.history_page(ALICE, "c1", "visible", "m4", 3)
+    assert older is not None and [i.id for i in older.items] == ["m1", "m2", "m3"] and older.more
+    oldest = await store.history_page(ALICE, "c1", "visible", "m1", 3)
+    assert oldest is not None and [i.id for i in oldest.items] == ["m0"] and not oldest.more
+    assert oldest.items[0] == items[0]
+    exact = await store.history_page(ALICE, "c1", "visible", "m3", 3)
+    assert exact is not None and [i.id for i in exact.items] == ["m0", "m1", "m2"] and not exact.more
+    # an upsert keeps its item's place, so pages stay where they were
+    await store.apply([UpsertHistoryItem(ALICE, "c1", "visible", item("m2", "edited"))])
+    again = await store.history_page(ALICE, "c1", "visible", "m3", 1)
+    assert again is not None and again.items == [item("m2", "edited")]
+    assert await store.history_page(ALICE, "c1", "visible", "nope", 3) is None
+    assert await store.history_page(ALICE, "c1", "model", "m3", 3) is None  # an id of the other history
+    assert await store.history_page(BOB, "c1", "visible", "m3", 3) is None
+    bobs = await store.history_page(BOB, "c1", "visible", None, 3)
+    assert bobs is not None and bobs.items == [] and not bobs.more
+    assert await store.history_size(ALICE, "c1", "visible") == HistorySize(7, 21, 25)  # 0+1+...+6 chars, m2 now "edited"
+    assert await store.history_size(ALICE, "c1", "model") == HistorySize(1, 3, 3)
+    assert await store.history_size(BOB, "c1", "model") == HistorySize()
 
 
 @pytest.mark.asyncio

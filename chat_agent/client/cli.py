@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -20,7 +22,8 @@ from chat_agent.protocol import AnyServerFrame, ContextCleared, ContextUpdate, D
 from .connection import DEFAULT_URL, ChatClient
 from .console import LineReader, Output, SigintRouter
 from .errors import ChatError, ClientError, ConnectError, ConnectionLost
-from .render import Style, TurnRenderer, banner, frame_json, render_history
+from .history import HistoryError, list_conversations, older_messages
+from .render import Style, TurnRenderer, banner, frame_json, render_history, render_messages
 from .uploads import UploadError, upload
 
 EXIT_OK, EXIT_FAILED, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -29,6 +32,7 @@ HELP = """commands:
   /attach PATH  upload a file (image, PDF, DOCX, TXT, MD, CSV) and attach it to your next message
   /clear   empty this conversation's history (the artifact and memories stay)
   /id      print the conversation id
+  /more    show the messages before those shown (a long conversation opens with its newest)
   /help    this list
   /quit    leave (also Ctrl-D, or Ctrl-C at the prompt)
 Ctrl-C during a reply stops it; press it again to quit at once."""
@@ -47,6 +51,7 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--token", default=env.get("CHAT_AGENT_TOKEN") or None,
                         help="credential when the server has auth on (env CHAT_AGENT_TOKEN)")
     parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
+    parser.add_argument("--list", action="store_true", help="list your conversations, most recent first, and exit")
     parser.add_argument("--message", "-m", help="send one message, print the reply, exit")
     parser.add_argument("--json", action="store_true", help="print every frame as a JSON line")
     parser.add_argument("--thinking", action="store_true", help="ask for extended thinking")
@@ -75,6 +80,7 @@ class Ui:
     renderer: TurnRenderer
     json: bool
     sigint: SigintRouter = field(default_factory=SigintRouter)
+    more_before: str | None = None  # the oldest message shown, when older ones exist (`/more`)
 
     def show(self, frame: AnyServerFrame) -> None:
         if self.json:
@@ -110,6 +116,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
 
 
 async def run(args: argparse.Namespace, ui: Ui) -> int:
+    if args.list:
+        return await list_all(args, ui)
     client = ChatClient(args.url, args.token, args.conversation, reconnect=True, on_status=ui.note)
     try:
         await client.connect()
@@ -125,6 +133,23 @@ async def run(args: argparse.Namespace, ui: Ui) -> int:
         return EXIT_FAILED
     finally:
         await client.close()
+
+
+async def list_all(args: argparse.Namespace, ui: Ui) -> int:
+    """`--list`: one line per conversation (id, last activity, title), every page of them."""
+    try:
+        conversations = await list_conversations(args.url, args.token)
+    except HistoryError as exc:
+        print(f"chat-agent-client: {exc}", file=sys.stderr)
+        return EXIT_CONNECTION
+    for conversation in conversations:
+        if ui.json:
+            ui.out.reply.write(json.dumps(conversation) + "\n")
+        else:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(conversation["updatedAt"]))
+            ui.out.reply.write(f"{conversation['id']}  {when}  {conversation['title'] or '(untitled)'}\n")
+    ui.out.reply.flush()
+    return EXIT_OK
 
 
 async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
@@ -175,6 +200,7 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
     tty = sys.stdin.isatty()
     session = client.session
     if session is not None and not ui.json:
+        ui.more_before = session.more_before
         if args.conversation and session.messages:
             ui.out.info.write(render_history(session, ui.renderer.style) + "\n")
         if tty:
@@ -194,6 +220,8 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
         text = line.strip()
         if text.startswith("/attach"):
             await attach(args, text, attachments, ui)
+        elif text.lower() == "/more":
+            await more(args, client, ui)
         elif text.startswith("/"):
             if await command(client, text, ui):
                 return EXIT_OK
@@ -214,6 +242,22 @@ async def attach(args: argparse.Namespace, text: str, attachments: list[dict[str
         ui.note(str(exc))
         return
     ui.note(f"attached {path} ({attachments[-1]['type']}); it goes with your next message")
+
+
+async def more(args: argparse.Namespace, client: ChatClient, ui: Ui) -> None:
+    """`/more`: the page of messages before the oldest one shown."""
+    if ui.more_before is None or client.conversation_id is None:
+        ui.note("no older messages")
+        return
+    try:
+        messages, ui.more_before = await older_messages(args.url, args.token, client.conversation_id, ui.more_before)
+    except HistoryError as exc:
+        ui.note(str(exc))
+        return
+    style = ui.renderer.style
+    ui.out.info.write(style.dim(f"(earlier: {len(messages)} messages)") + "\n" + render_messages(messages, style) + "\n")
+    ui.out.info.write(style.dim("(older messages: /more)" if ui.more_before else "(the beginning)") + "\n")
+    ui.out.info.flush()
 
 
 async def drain(client: ChatClient, ui: Ui) -> None:

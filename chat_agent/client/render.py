@@ -14,7 +14,7 @@ from typing import IO, Any, Literal, Mapping
 from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
                                  AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
                                  Pong, SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd,
-                                 ToolPart, ToolProgress, ToolStart)
+                                 ToolPart, ToolProgress, ToolStart, VisibleMessage)
 
 CLEAR_LINE = "\r\x1b[2K"
 MAX_RESULTS = 5
@@ -284,9 +284,20 @@ def part_lines(part: Part, style: Style) -> list[str]:
 
 def render_history(session: SessionFrame, style: Style) -> str:
     """The conversation so far, from a session snapshot (`--conversation`): each message's
-    parts in the order they happened."""
+    parts in the order they happened. The snapshot has the newest messages only; a line
+    says when older ones can be read (`/more`)."""
     lines = [style.bold(session.title)] if session.title else []
-    for message in session.messages:
+    if session.more_before is not None:
+        lines.append(style.dim("(older messages: /more)"))
+    lines.append(render_messages(session.messages, style))
+    if session.artifact is not None:
+        lines.append(artifact_line(session.artifact, style))
+    return "\n".join(line for line in lines if line)
+
+
+def render_messages(messages: list[VisibleMessage], style: Style) -> str:
+    lines: list[str] = []
+    for message in messages:
         if message.role == "user":
             lines.append(f"{style.bold('you ›')} {message.content}")
             lines += [attachment_line(p, style) for p in message.parts if isinstance(p, AttachmentPart)]
@@ -295,8 +306,6 @@ def render_history(session: SessionFrame, style: Style) -> str:
             lines += part_lines(part, style)
         if message.status != "complete":
             lines.append(style.yellow(f"({message.status})"))
-    if session.artifact is not None:
-        lines.append(artifact_line(session.artifact, style))
     return "\n".join(lines)
 
 

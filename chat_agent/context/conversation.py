@@ -1,9 +1,15 @@
 """ConversationManager: the visible history, the model-facing history, and their size.
 
 The visible history is what the user saw and is never rewritten. The model-facing history
-is what the model is sent: a summary may replace its older part. Both are kept in memory
-and written through the store writer, so reading them costs nothing and every change is
-committed before any frame that depends on it reaches a client.
+is what the model is sent: a summary may replace its older part. Every change to either is
+written through the store writer, so it is committed before any frame that depends on it
+reaches a client.
+
+Neither history is held in memory while the conversation is idle, so an open conversation
+costs the same whatever its length: the visible history is only written here (readers page
+it from the store), and the model-facing history is loaded when a turn needs it (`load`) and
+let go when the turn is over (`release`). Only its size (tokens, characters) stays, so the
+count a client sees and the summary threshold need no reading.
 """
 
 from __future__ import annotations
@@ -11,7 +17,8 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Sequence
 
 from chat_agent.protocol import Usage, VisibleMessage
-from chat_agent.store import AppendHistory, HistoryItem, ReplaceHistory, SetContextOverhead, UpsertHistoryItem
+from chat_agent.store import (AppendHistory, HistoryItem, HistorySize, ReplaceHistory, SetContextOverhead, Store,
+                              UpsertHistoryItem)
 from chat_agent.context.summary import plan_summary, summary_message
 from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.store.writer import StoreWriter
@@ -25,21 +32,26 @@ def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ConversationManager:
-    def __init__(self, owner: str, conversation_id: str, *, visible: Sequence[HistoryItem],
-                 model: Sequence[HistoryItem], counter: TokenCounter, writer: StoreWriter,
-                 summary_chars: int, max_tokens: int, overhead: int = 0):
+    """`model` is the model-facing history already in hand (it is then loaded); otherwise
+    `size` says what the store holds, and `load` reads it from `store` when a turn needs it."""
+
+    def __init__(self, owner: str, conversation_id: str, *, counter: TokenCounter, writer: StoreWriter,
+                 summary_chars: int, max_tokens: int, overhead: int = 0, store: Store | None = None,
+                 model: Sequence[HistoryItem] | None = None, size: HistorySize = HistorySize()):
         self.owner = owner
         self.conversation_id = conversation_id
-        self.visible = [VisibleMessage.model_validate(item.data) for item in visible]
-        self._items = list(model)
-        self.messages: list[dict[str, Any]] = [item.data for item in self._items]
+        self._store = store
+        self._items: list[HistoryItem] | None = None
+        self._messages: list[dict[str, Any]] | None = None
         self._counter = counter
         self._writer = writer
         self._summary_chars = summary_chars
         self.max_tokens = max_tokens
-        self._history_tokens = sum(item.tokens for item in self._items)
-        self._chars = sum(item.chars for item in self._items)
+        self._history_tokens, self._chars = size.tokens, size.chars
+        if model is not None:
+            self._hold(list(model))
         self.epoch = 0  # bumped whenever the history loses messages (summary, clear, a refusal)
+        self.visible_version = 0  # bumped with every change of the visible history written
         # Where the newest user message began: its history item and how many blocks of that
         # item came before it (tool results an aborted turn left, which it was merged into).
         self._exchange: tuple[str, int] | None = None
@@ -47,6 +59,42 @@ class ConversationManager:
         # the estimator's error; re-measured from the API's own count after every call, and
         # stored, so the count a client sees does not change because the conversation reloaded.
         self._overhead = overhead
+
+    # ---- holding the model-facing history ---------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._items is not None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The model-facing history; only while it is loaded (a turn runs)."""
+        if self._messages is None:
+            raise RuntimeError(f"the model-facing history of {self.conversation_id} is not loaded")
+        return self._messages
+
+    async def load(self) -> None:
+        """Reads the model-facing history for a turn. What the last turn wrote may still be
+        queued in the writer: the store has it once the writer has committed it."""
+        if self._items is not None:
+            return
+        if self._store is None:
+            raise RuntimeError("a manager without a store cannot load its history")
+        await self._writer.wait_for(self._writer.ticket)
+        self._hold(await self._store.load_history(self.owner, self.conversation_id, "model"))
+
+    def release(self) -> None:
+        """Lets the model-facing history go (every change of it is already submitted); only
+        its size stays. The next `load` reads it again."""
+        if self._store is not None:
+            self._items = self._messages = None
+        self._exchange = None
+
+    def _hold(self, items: list[HistoryItem]) -> None:
+        self._items = items
+        self._messages = [item.data for item in items]
+        self._history_tokens = sum(item.tokens for item in items)
+        self._chars = sum(item.chars for item in items)
 
     # ---- size -------------------------------------------------------------------------
 
@@ -71,20 +119,15 @@ class ConversationManager:
     # ---- the visible history ----------------------------------------------------------
 
     def add_visible(self, message: VisibleMessage) -> None:
-        self.visible.append(message)
         self._submit_visible(message, append=True)
 
     def replace_visible(self, message: VisibleMessage) -> None:
-        """The finished (or aborted) form of a message already added, e.g. the reply."""
-        for i, existing in enumerate(self.visible):
-            if existing.id == message.id:
-                self.visible[i] = message
-                break
-        else:
-            self.visible.append(message)
+        """The finished (or aborted) form of a message already added (it keeps its place), or
+        a new one at the end, e.g. the reply."""
         self._submit_visible(message, append=False)
 
     def _submit_visible(self, message: VisibleMessage, *, append: bool) -> None:
+        self.visible_version += 1
         data = message.model_dump(mode="json", exclude_none=True)
         item = HistoryItem(id=message.id, data=data, tokens=0, chars=len(message.content))
         op = (AppendHistory(self.owner, self.conversation_id, "visible", (item,)) if append
@@ -98,12 +141,12 @@ class ConversationManager:
         aborted turn) because the API wants roles to alternate."""
         blocks = _blocks(content)
         self._add_user_blocks(blocks)
-        last = self._items[-1]
+        last = self._held[-1]
         self._exchange = (last.id, len(_blocks(last.data["content"])) - len(blocks))
 
     def _add_user_blocks(self, blocks: list[dict[str, Any]]) -> None:
         if self.messages and self.messages[-1]["role"] == "user":
-            last = self._items[-1]
+            last = self._held[-1]
             merged = {"role": "user", "content": _blocks(last.data["content"]) + blocks}
             self._replace_last(merged, tokens=last.tokens + self._counter.content(blocks))
             return
@@ -116,12 +159,13 @@ class ConversationManager:
         if self._exchange is None:
             return False
         item_id, before = self._exchange
-        at = next((n for n, item in enumerate(self._items) if item.id == item_id), None)
+        items = self._held
+        at = next((n for n, item in enumerate(items) if item.id == item_id), None)
         if at is None:
             return False
-        kept = self._items[:at]
+        kept = items[:at]
         if before:  # what this message was merged into stays, as it was
-            item = self._items[at]
+            item = items[at]
             head = {"role": "user", "content": _blocks(item.data["content"])[:before]}
             kept.append(HistoryItem(id=item.id, data=head, tokens=self._counter.message(head),
                                     chars=content_chars(head["content"])))
@@ -141,7 +185,7 @@ class ConversationManager:
         if self.messages and self.messages[-1]["role"] == "assistant":
             # The continuation of a reply the API paused (pause_turn) extends it, so roles
             # still alternate in what is stored and sent next.
-            last = self._items[-1]
+            last = self._held[-1]
             merged = {"role": "assistant", "content": _blocks(last.data["content"]) + content}
             self._replace_last(merged, tokens=last.tokens + tokens)
             return
@@ -172,16 +216,16 @@ class ConversationManager:
 
     def _append(self, message: dict[str, Any], tokens: int) -> None:
         item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=content_chars(message["content"]))
-        self._items.append(item)
         self.messages.append(message)
+        self._held.append(item)
         self._history_tokens += tokens
         self._chars += item.chars
         self._writer.submit([AppendHistory(self.owner, self.conversation_id, "model", (item,))])
 
     def _replace_last(self, message: dict[str, Any], tokens: int) -> None:
-        old = self._items[-1]
+        old = self._held[-1]
         item = HistoryItem(id=old.id, data=message, tokens=tokens, chars=content_chars(message["content"]))
-        self._items[-1] = item
+        self._held[-1] = item
         self.messages[-1] = message
         self._history_tokens += tokens - old.tokens
         self._chars += item.chars - old.chars
@@ -199,7 +243,7 @@ class ConversationManager:
         summary = await summarizer(transcript)
         if not summary:
             return False
-        kept = self._items[cut:]
+        kept = self._held[cut:]
         head = summary_message(summary, kept[0].data if kept else None)
         if kept and kept[0].data["role"] == "user":
             kept = kept[1:]
@@ -211,7 +255,7 @@ class ConversationManager:
 
     def clear(self) -> None:
         """Empties both histories (artifact and memories live elsewhere and stay)."""
-        self.visible = []
+        self.visible_version += 1
         self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "visible", ())])
         self._reset([])
         self._set_overhead(0)
@@ -222,9 +266,12 @@ class ConversationManager:
             self._overhead = tokens
             self._writer.submit([SetContextOverhead(self.owner, self.conversation_id, tokens)])
 
+    @property
+    def _held(self) -> list[HistoryItem]:
+        if self._items is None:
+            raise RuntimeError(f"the model-facing history of {self.conversation_id} is not loaded")
+        return self._items
+
     def _reset(self, items: list[HistoryItem]) -> None:
-        self._items = items
-        self.messages = [item.data for item in items]
-        self._history_tokens = sum(item.tokens for item in items)
-        self._chars = sum(item.chars for item in items)
+        self._hold(items)  # an empty history needs no loading: clear holds it even between turns
         self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "model", tuple(items))])

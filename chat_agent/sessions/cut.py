@@ -55,6 +55,7 @@ async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecor
             unfinished.append(frame.content)
         elif isinstance(frame, ContextUpdate):  # sent once a call's reply is in the history
             unfinished.clear()
+    await live.load()  # the model-facing history, let go again by `finish`
     live.manager.repair("".join(unfinished), cut.note, cut.result)
     live.adopt(record, reply)
     live.publish(ErrorFrame(code="internal", message=cut.message))

@@ -25,8 +25,9 @@ from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
+from chat_agent.sessions.pages import visible_page
 from chat_agent.sessions.prepare import TurnPreparer
-from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistoryItem,
+from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistorySize,
                               Store, StoreWriter)
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
 CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
 GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
                   "to see what was kept.")
-Loaded = tuple[ConversationRecord, list[HistoryItem], list[HistoryItem], ArtifactRecord | None]
+# What an open conversation holds: no history, only the model-facing history's size.
+Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
 
 
 class Hub:
@@ -68,11 +70,26 @@ class Hub:
         return live if live is not None and live.owner == owner else None
 
     async def visible_messages(self, owner: str, conversation_id: str) -> list[VisibleMessage]:
+        """The whole visible history, with the running turn's reply as streamed so far."""
+        live = self.live(owner, conversation_id)
+        reply = live.reply() if live is not None else None
+        await self.writer.flush()  # what was said a moment ago is in the store once committed
+        items = await self.store.load_history(owner, conversation_id, "visible")
+        messages = [VisibleMessage.model_validate(item.data) for item in items]
+        if reply is not None and all(m.id != reply.id for m in messages):  # it may have ended meanwhile
+            messages.append(reply)
+        return messages
+
+    async def history_page(self, owner: str, conversation_id: str, before: str | None,
+                           limit: int) -> tuple[list[VisibleMessage], str | None] | None:
+        """A page of the visible history (see `LiveConversation.page`); None for an unknown
+        `before`."""
         live = self.live(owner, conversation_id)
         if live is not None:
-            return live.messages()
-        items = await self.store.load_history(owner, conversation_id, "visible")
-        return [VisibleMessage.model_validate(item.data) for item in items]
+            return await live.page(before, limit)
+        await self.writer.flush()
+        page = await self.store.history_page(owner, conversation_id, "visible", before, limit)
+        return None if page is None else visible_page(page, None)
 
     async def artifact(self, owner: str, conversation_id: str) -> ArtifactState | None:
         live = self.live(owner, conversation_id)
@@ -106,7 +123,7 @@ class Hub:
         record = ConversationRecord(id=new_id(hex_chars=32), owner=owner, title=None, created_at=now,
                                     updated_at=now, last_seq=0)
         self.writer.submit([CreateConversation(owner, record.id, now)])
-        return self._remember(record, [], [], None)
+        return self._remember(record, HistorySize(), None)
 
     async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
         """The conversation, from memory or loaded from the store. A turn the store holds as
@@ -133,22 +150,21 @@ class Hub:
         record = await self.store.get_conversation(owner, conversation_id)
         if record is None:
             return None
-        visible = await self.store.load_history(owner, conversation_id, "visible")
-        model = await self.store.load_history(owner, conversation_id, "model")
-        return record, visible, model, await self.store.get_artifact(owner, conversation_id)
+        size = await self.store.history_size(owner, conversation_id, "model")
+        return record, size, await self.store.get_artifact(owner, conversation_id)
 
-    def _parts(self, record: ConversationRecord, visible: list[HistoryItem], model: list[HistoryItem],
+    def _parts(self, record: ConversationRecord, size: HistorySize,
                artifact: ArtifactRecord | None) -> tuple[ConversationManager, Canvas]:
-        manager = ConversationManager(record.owner, record.id, visible=visible, model=model, counter=self._counter,
+        manager = ConversationManager(record.owner, record.id, store=self.store, size=size, counter=self._counter,
                                       writer=self.writer, summary_chars=self.settings.summary_chars,
                                       max_tokens=self.settings.max_context_tokens,
                                       overhead=record.context_overhead)
         canvas = Canvas(record.owner, record.id, artifact, self.writer, history_epoch=lambda: manager.epoch)
         return manager, canvas
 
-    def _remember(self, record: ConversationRecord, visible: list[HistoryItem], model: list[HistoryItem],
+    def _remember(self, record: ConversationRecord, size: HistorySize,
                   artifact: ArtifactRecord | None) -> LiveConversation:
-        live = LiveConversation(record, *self._parts(record, visible, model, artifact), self.writer)
+        live = LiveConversation(record, *self._parts(record, size, artifact), self.writer, self.store)
         self._live[record.id] = live
         return live
 
@@ -241,6 +257,7 @@ class Hub:
         if message.id is not None and await self.store.has_client_message_id(live.owner, live.id, message.id):
             return
         turn, user, content = await self._preparer.prepare(live, message)
+        await live.load()  # the last wait: from here on the turn starts without a pause
         if message.id is not None:
             live.remember_message(message.id)
         changes = live.canvas.changes

@@ -14,6 +14,10 @@ from chat_agent.model import ModelClient
 from chat_agent.protocol import StopReason
 from chat_agent.sessions.background import Background
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.pages import SESSION_MESSAGES
+
+# The newest messages a reflection reads (its transcript keeps the newest 20,000 characters).
+REFLECTION_MESSAGES = 200
 
 
 class Conversations(Protocol):
@@ -56,7 +60,7 @@ class ConversationJobs:
         live = await self._conversations.open(owner, conversation_id)
         if live is None or live.title is not None:
             return
-        messages = live.manager.visible
+        messages = await live.recent(SESSION_MESSAGES)
         user = next((m.content for m in messages if m.role == "user"), "")
         reply = next((m.content for m in messages if m.role == "assistant"), "")
         try:
@@ -74,8 +78,9 @@ class ConversationJobs:
         try:
             memories = await self._memories.load(owner)
             current = live.canvas.current
+            transcript = transcript_for_reflection(await live.recent(REFLECTION_MESSAGES))
             result = await reflect(self._model, model_name=self._settings.small_model, memories=memories,
-                                   transcript=transcript_for_reflection(live.manager.visible),
+                                   transcript=transcript,
                                    artifact=current.content if current else None)
             if result is not None:
                 self._memories.replace(owner, *result)

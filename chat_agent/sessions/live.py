@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Protocol, Sequence, TypeVar
 
 from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.canvas.artifact import Canvas
@@ -22,10 +22,13 @@ from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, Don
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
 from chat_agent.sessions.runner import drive
-from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, Op, PruneEvents,
-                              RecordClientMessageId, SetTitle, StartTurn, StoreWriter, TurnRecord)
+from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
+from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, HistoryPage, Op, PruneEvents,
+                              RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
+KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
+T = TypeVar("T")
 
 
 class Listener(Protocol):
@@ -36,13 +39,14 @@ class Listener(Protocol):
 
 class LiveConversation:
     def __init__(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas,
-                 writer: StoreWriter):
+                 writer: StoreWriter, store: Store):
         self.id = record.id
         self.owner = record.owner
         self.title = record.title
         self._use(manager, canvas)
         self.listeners: set[Listener] = set()
         self._writer = writer
+        self._store = store  # the visible history is read from it, page by page
         self._seq = record.last_seq
         self._deltas = DeltaCoalescer(self._log)
         # The turn, owned here alone. A message whose attachments are being checked has not
@@ -53,7 +57,9 @@ class LiveConversation:
         self._reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
         self._tool_started: dict[str, float] = {}  # open tool cards: when each started
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
-        self._client_ids: set[str] = set()  # client message ids seen while open (the store has them all)
+        # The newest client message ids seen while open, so that a retry is known at once;
+        # bounded, since the store has them all (checked before a turn starts).
+        self._client_ids: dict[str, None] = {}
         # Bumped whenever writes are lost: state shown before may not have been stored.
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
@@ -115,7 +121,9 @@ class LiveConversation:
         return client_id in self._client_ids
 
     def remember_message(self, client_id: str) -> None:
-        self._client_ids.add(client_id)
+        self._client_ids[client_id] = None
+        while len(self._client_ids) > KEEP_CLIENT_IDS:
+            del self._client_ids[next(iter(self._client_ids))]
         self._writer.submit([RecordClientMessageId(self.owner, self.id, client_id)])
 
     def prepare(self, preparation: Awaitable[Any]) -> asyncio.Task[Any]:
@@ -135,9 +143,14 @@ class LiveConversation:
         self._preparing = task
         return task
 
+    async def load(self) -> None:
+        """Loads what a turn needs that an idle conversation does not hold: the model-facing
+        history (let go again when the turn is closed)."""
+        await self.manager.load()
+
     def start(self, agent: Agent, turn: Turn, user: VisibleMessage, content: list[dict]) -> asyncio.Task[StopReason]:
         """Adds the user's message to both histories and runs the turn as a task of the
-        conversation (not of any socket); its result is the stop reason."""
+        conversation (not of any socket); its result is the stop reason. `load` first."""
         self._open(new_id("turn"), new_id("msg"), time.time())
         self.manager.add_visible(user)
         self.manager.add_user(content)
@@ -203,6 +216,7 @@ class LiveConversation:
         self._reply = None
         self._turn_id = None
         self._tool_started.clear()
+        self.manager.release()  # idle again: the model-facing history is in the store
 
     def clear(self) -> None:
         """Forgets the model-facing history (the visible one stays); only between turns."""
@@ -251,19 +265,56 @@ class LiveConversation:
 
     # ---- what a new listener is shown ---------------------------------------------------------
 
-    def messages(self) -> list[VisibleMessage]:
-        """The visible history with the running turn's reply as streamed so far."""
-        messages = list(self.manager.visible)
-        if self._reply is not None:
-            messages.append(self._reply.model_copy(deep=True))
-        return messages
+    def reply(self) -> VisibleMessage | None:
+        """The running turn's reply as streamed so far (a copy), None between turns."""
+        return self._reply.model_copy(deep=True) if self._reply is not None else None
 
-    def snapshot(self, tools: list[ToolInfo]) -> tuple[SessionFrame, int]:
-        """The `session` frame, consistent with its seq, and the writer ticket to wait for
-        before sending it (it may show state that is not committed yet)."""
-        frame = SessionFrame(
-            conversation_id=self.id, seq=self._seq, title=self.title, artifact=self.canvas.state(),
-            messages=self.messages(), context=ContextInfo(tokens=self.manager.tokens,
-                                                          max_tokens=self.manager.max_tokens),
-            tools=tools, running=self.running)
-        return frame, self._writer.ticket
+    async def page(self, before: str | None, limit: int) -> tuple[list[VisibleMessage], str | None] | None:
+        """At most `limit` messages of the visible history just before the message `before`
+        (the newest ones when None, the running turn's reply last), oldest first, and the id
+        of the oldest one when older ones exist (`moreBefore`). None for an unknown `before`.
+        The running reply is in memory only: `before` may name it (what came before it)."""
+        def capture() -> tuple[VisibleMessage | None, str | None, int]:
+            reply = self._reply
+            if reply is not None and before == reply.id:
+                return None, None, limit  # what came before the running reply: the stored tail
+            if reply is not None and before is None:
+                return self.reply(), None, limit - 1
+            return None, before, limit
+
+        reply, page = await self._consistent(capture)
+        return None if page is None else visible_page(page, reply)
+
+    async def recent(self, limit: int) -> list[VisibleMessage]:
+        """The newest `limit` messages of the visible history (a background job's reading)."""
+        page = await self.page(None, limit)
+        return page[0] if page is not None else []
+
+    async def snapshot(self, tools: list[ToolInfo]) -> SessionFrame:
+        """The `session` frame: its seq, the running turn's reply and the newest messages of
+        the visible history as they were at one moment, all of it committed (never state a
+        crash could still take back)."""
+        def capture() -> tuple[tuple[SessionFrame, VisibleMessage | None], None, int]:
+            context = ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens)
+            frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
+                                 artifact=self.canvas.state(), context=context, tools=tools, running=self.running)
+            reply = self.reply()
+            return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
+
+        (frame, reply), page = await self._consistent(capture)
+        budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
+        frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
+        return frame
+
+    async def _consistent(self, capture: Callable[[], tuple[T, str | None, int]]) -> tuple[T, HistoryPage | None]:
+        """What `capture` takes from memory, and the page of the stored visible history it
+        asks for (before, limit), as of one moment: the writer's queue up to that moment is
+        committed before the page is read, and the read is done again if the visible history
+        changed meanwhile (twice a turn at most, so hardly ever)."""
+        while True:
+            manager, version, ticket = self.manager, self.manager.visible_version, self._writer.ticket
+            captured, before, limit = capture()
+            await self._writer.wait_for(ticket)
+            page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
+            if self.manager is manager and manager.visible_version == version:
+                return captured, page

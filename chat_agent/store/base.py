@@ -20,6 +20,8 @@ from chat_agent.store.records import (
     FileRecord,
     History,
     HistoryItem,
+    HistoryPage,
+    HistorySize,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -64,14 +66,38 @@ class Store(ABC):
         """None if it does not exist or belongs to someone else."""
 
     @abstractmethod
-    async def list_conversations(self, owner: str, limit: int = 100) -> list[ConversationRecord]:
-        """The owner's conversations, most recently active first."""
+    async def list_conversations(
+        self,
+        owner: str,
+        limit: int = 50,
+        *,
+        after: tuple[float, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[ConversationRecord]:
+        """The owner's conversations, most recently active first: `updated_at` descending,
+        ties by `id` descending. A keyset page: only those that sort after `after` (the
+        `(updated_at, id)` of the last one of the previous page), with `since < updated_at
+        <= until` where given."""
 
     @abstractmethod
     async def load_history(
         self, owner: str, conversation_id: str, history: History
     ) -> list[HistoryItem]:
         """One history of a conversation, oldest first."""
+
+    @abstractmethod
+    async def history_page(
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+    ) -> HistoryPage | None:
+        """At most `limit` items just before the item with id `before` (the newest ones when
+        None), oldest first. None when `before` is not an item of that history (or the
+        conversation is not the owner's)."""
+
+    @abstractmethod
+    async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        """How many items one history holds and their tokens and characters (zeros when the
+        conversation is not the owner's)."""
 
     @abstractmethod
     async def events_after(

@@ -35,6 +35,24 @@ class HistoryItem:
 
 
 @dataclass(slots=True)
+class HistoryPage:
+    """Consecutive items of one history, oldest first, and whether older items exist."""
+
+    items: list[HistoryItem]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class HistorySize:
+    """What a history holds, without its items: a conversation that nobody talks to keeps
+    only this in memory."""
+
+    count: int = 0
+    tokens: int = 0
+    chars: int = 0
+
+
+@dataclass(slots=True)
 class EventRecord:
     conversation_id: str
     seq: int

@@ -30,6 +30,8 @@ from chat_agent.store.records import (
     FileRecord,
     History,
     HistoryItem,
+    HistoryPage,
+    HistorySize,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -43,7 +45,9 @@ T = TypeVar("T")
 _CONVERSATION = (
     "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead FROM conversations"
 )
-_NEWEST_FIRST = "updated_at DESC, created_at DESC, id"
+# A total order (ids are unique), so a page can start exactly after the last row of the one
+# before; the index on (owner, updated_at DESC) serves it, ties on updated_at sorted by id.
+_NEWEST_FIRST = "updated_at DESC, id DESC"
 _TURN = (
     "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
     " ended_at, stop_reason, usage FROM turns"
@@ -52,6 +56,21 @@ _HISTORY = (
     "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
     " JOIN conversations c ON c.id = h.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND h.history = ? ORDER BY h.pos"
+)
+# Positions never change once given (an upsert keeps its item's), so paging by position is stable.
+_POSITION = (
+    "SELECT h.pos FROM history_items h JOIN conversations c ON c.id = h.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.id = ?"
+)
+_PAGE = (
+    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
+    " JOIN conversations c ON c.id = h.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.pos < ? ORDER BY h.pos DESC LIMIT ?"
+)
+_SIZE = (
+    "SELECT COUNT(*), COALESCE(SUM(h.tokens), 0), COALESCE(SUM(h.chars), 0) FROM history_items h"
+    " JOIN conversations c ON c.id = h.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? AND h.history = ?"
 )
 _EVENTS = (
     "SELECT e.conversation_id, e.seq, e.type, e.turn_id, e.frame FROM events e"
@@ -190,15 +209,54 @@ class SqliteStore(Store):
         rows = await self._fetch(sql, (conversation_id, owner))
         return ConversationRecord(*rows[0]) if rows else None
 
-    async def list_conversations(self, owner: str, limit: int = 100) -> list[ConversationRecord]:
-        sql = f"{_CONVERSATION} WHERE owner = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
-        return [ConversationRecord(*row) for row in await self._fetch(sql, (owner, limit))]
+    async def list_conversations(
+        self,
+        owner: str,
+        limit: int = 50,
+        *,
+        after: tuple[float, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[ConversationRecord]:
+        where, params = ["owner = ?"], [owner]
+        if since is not None:
+            where.append("updated_at > ?")
+            params.append(since)
+        if until is not None:
+            where.append("updated_at <= ?")
+            params.append(until)
+        if after is not None:  # a plain keyset: the row value compares updated_at, then id
+            where.append("(updated_at, id) < (?, ?)")
+            params += list(after)
+        sql = f"{_CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {_NEWEST_FIRST} LIMIT ?"
+        return [ConversationRecord(*row) for row in await self._fetch(sql, (*params, limit))]
 
     async def load_history(
         self, owner: str, conversation_id: str, history: History
     ) -> list[HistoryItem]:
         rows = await self._fetch(_HISTORY, (conversation_id, owner, history))
-        return [HistoryItem(i, json.loads(data), tokens, chars) for i, data, tokens, chars in rows]
+        return [_item(row) for row in rows]
+
+    async def history_page(
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+    ) -> HistoryPage | None:
+        def page() -> HistoryPage | None:
+            db = self._conn()
+            end = 2**62  # after any position
+            if before is not None:
+                found = db.execute(_POSITION, (conversation_id, owner, history, before)).fetchone()
+                if found is None:
+                    return None
+                end = found[0]
+            # One more than asked says whether older items exist.
+            rows = db.execute(_PAGE, (conversation_id, owner, history, end, limit + 1)).fetchall()
+            return HistoryPage([_item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+
+        return await self._run(page)  # one job: both reads see the same state
+
+    async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        rows = await self._fetch(_SIZE, (conversation_id, owner, history))
+        return HistorySize(*rows[0])
 
     async def events_after(
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
@@ -307,6 +365,11 @@ def _content(db: sqlite3.Connection, conversation_id: str, index: int) -> str:
     for _, _, changes in reversed(chain[:-1]):
         content = edits.apply(content, json.loads(changes))
     return content
+
+
+def _item(row: Sequence[Any]) -> HistoryItem:
+    id, data, tokens, chars = row
+    return HistoryItem(id, json.loads(data), tokens, chars)
 
 
 def _turn(row: Sequence[Any]) -> TurnRecord:

@@ -1,4 +1,5 @@
-"""The HTTP routes of PROTOCOL.md besides the WebSocket and the canvas (see http_canvas)."""
+"""The HTTP routes of PROTOCOL.md besides the WebSocket, the canvas (canvas_routes) and paged
+reading (history_routes)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     return endpoint
 
 
-def _summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
+def summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
     return {"id": record.id, "title": record.title, "createdAt": record.created_at,
             "updatedAt": record.updated_at, "running": running}
 
@@ -46,18 +47,13 @@ async def health(request: Request) -> JSONResponse:
     })
 
 
-async def list_conversations(request: Request, hub: Hub, owner: str) -> Response:
-    records = await hub.store.list_conversations(owner)
-    return JSONResponse({"conversations": [_summary(r, hub.is_running(r.id)) for r in records]})
-
-
 async def get_conversation(request: Request, hub: Hub, owner: str) -> Response:
     conversation_id = request.path_params["id"]
     record = await hub.store.get_conversation(owner, conversation_id)
     if record is None:
         return error(404, "not_found", "No such conversation.")
     live = hub.live(owner, conversation_id)
-    body = _summary(record, hub.is_running(conversation_id))
+    body = summary(record, hub.is_running(conversation_id))
     if live is not None:
         body["title"] = live.title
     artifact = await hub.artifact(owner, conversation_id)
@@ -79,7 +75,6 @@ async def protocol_schema(request: Request) -> JSONResponse:
 
 routes = [
     Route("/health", health, methods=["GET"]),
-    Route("/api/conversations", authed(list_conversations), methods=["GET"]),
     Route("/api/conversations/{id}", authed(get_conversation), methods=["GET"]),
     Route("/api/conversations/{id}", authed(delete_conversation), methods=["DELETE"]),
     Route("/api/protocol", protocol_schema, methods=["GET"]),

@@ -72,12 +72,11 @@ class Connection:
 
     async def serve(self, live: LiveConversation) -> None:
         self.live = live
-        session, ticket = live.snapshot(self.hub.tools())
         generation = live.generation
+        session = await live.snapshot(self.hub.tools())  # all of it committed
         self._last_seq = session.seq or 0
         text = session.to_json()
         del session  # an idle connection should not keep its snapshot alive
-        await self.hub.writer.wait_for(ticket)  # never show state a crash could still take back
         if live.generation != generation:
             await self.ws.close(CLOSE_INTERNAL)  # a write of that state failed: reconnect to see what was kept
             return

@@ -16,7 +16,9 @@ export function describe(frame: ServerFrame): string {
       return `${frame.conversationId} at ${frame.seq + 0}: ${frame.messages.length} messages, ` +
         `${frame.context.tokens}/${frame.context.maxTokens} tokens, running ${frame.running}, ` +
         `tools ${frame.tools.map((t) => t.name).join()}, protocol ${frame.protocolVersion + 0}, ` +
-        `features ${frame.features.join()}, last ${frame.messages.map((m) => m.parts.map(part).join("|")).pop() ?? ""}`;
+        `features ${frame.features.join()}, last ${frame.messages.map((m) => m.parts.map(part).join("|")).pop() ?? ""}, ` +
+        // always sent (1.1 paging): null, or the id of the oldest message sent when older ones exist
+        `older ${frame.moreBefore === null ? "none" : frame.moreBefore.length}`;
     case "content_chunk":
     case "thinking_chunk":
       return `${frame.messageId} #${frame.seq + 1}: ${frame.content.length}`;

@@ -1,0 +1,179 @@
+"""History scaling: what opening a conversation and one turn in it cost at 10, 100 and 1,000
+past turns, through the real server.
+
+Conversations of 10, 100 and 1,000 finished turns (a user message and a reply with a
+web_search tool card at realistic sizes, model-facing history summarized the way the server
+does past 300,000 characters; see tests/seed.py) are written into the SQLite file before the
+server starts: one of each size through the store's own ops, then copies of it in SQL, one
+per measured turn, so that every turn meets exactly that history. Then, sizes interleaved:
+
+- `session` frame: its size in bytes when a client opens the conversation, and the time
+  from connecting to having it. PROTOCOL 1.1 sends the newest 50 messages only.
+- one simple turn (`message` → `done`, the fake model's short deterministic reply, no tool):
+  the time from sending the message to `done`. A turn reads the model-facing history when it
+  starts, and the model is sent that history, whose size a summary bounds (~25k characters
+  at 10 turns here, ~260k at 100, ~125k at 1,000, after a summary).
+- bare: the same model call made directly with the SDK (that history, the new message, the
+  system prompt), interleaved with the turns. The fake model's own work grows with what it is
+  sent (it validates every block and counts tokens: +20-30 ms at 125k characters on this
+  machine, CPU the server shares), as a real model's time to first token does; that is not
+  the server's. So the turn is also judged with the model's time held at its 10-turn value:
+  turn(1,000) - bare(1,000) + bare(10). Both ratios are printed.
+
+Targets: `session` ≤ 64 KB at 1,000 turns; turn p50 at 1,000 turns ≤ 1.5× at 10 turns (the
+model's time held equal). The ratio printed is the worse of (frame / 64 KB, turn ratio / 1.5).
+
+    python bench/history_scaling.py [--turns-per-size 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (MODEL, ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, run,  # noqa: E402
+                     send_message, verdict, ws_connect)
+
+import anthropic  # noqa: E402
+
+from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
+from chat_agent.store import SqliteStore  # noqa: E402
+from tests.seed import seed_conversation  # noqa: E402
+
+SIZES = (10, 100, 1_000)
+FRAME_TARGET = 64_000
+TURN_TARGET = 1.5
+OWNER = "local"
+QUESTION = "What is the next bakery on the list?"
+
+
+async def seed(db: Path, copies: int) -> None:
+    async with SqliteStore(db) as store:
+        for n, turns in enumerate(SIZES):
+            await seed_conversation(store, OWNER, f"t{turns}-0", turns, created_at=time.time() - 86_400, seed=n)
+    with sqlite3.connect(db) as conn:
+        for turns in SIZES:
+            source = f"t{turns}-0"
+            for copy in range(1, copies):
+                target = f"t{turns}-{copy}"
+                conn.execute("INSERT INTO conversations (id, owner, title, created_at, updated_at, last_seq, "
+                             "context_overhead) SELECT ?, owner, title, created_at, updated_at, last_seq, "
+                             "context_overhead FROM conversations WHERE id = ?", (target, source))
+                conn.execute("INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars) "
+                             "SELECT ?, history, pos, id, data, tokens, chars FROM history_items "
+                             "WHERE conversation_id = ?", (target, source))
+
+
+async def one(url: str, conversation_id: str) -> tuple[int, float, float]:
+    """Opens the conversation and runs one turn: session bytes, open time, turn time."""
+    t0 = time.perf_counter()
+    ws = await ws_connect(f"{url}?conversationId={conversation_id}")
+    try:
+        text = await asyncio.wait_for(ws.recv(), 30)
+        opened = time.perf_counter() - t0
+        session = json.loads(text)
+        assert session["type"] == "session" and len(session["messages"]) <= 50, session.get("type")
+        t0 = time.perf_counter()
+        await ws.send(send_message(QUESTION))
+        while True:
+            frame = await recv_json(ws)
+            if frame["type"] == "done":
+                break
+        turn = time.perf_counter() - t0
+        if frame["stopReason"] != "end_turn":
+            raise RuntimeError(f"turn ended with {frame}")
+        return len(text.encode()), opened, turn
+    finally:
+        await ws.close()
+
+
+async def histories(db: Path) -> dict[int, list[dict]]:
+    """Each size's model-facing history as stored, with the new message: what a turn sends."""
+    async with SqliteStore(db) as store:
+        found = {turns: [item.data for item in await store.load_history(OWNER, f"t{turns}-0", "model")]
+                 for turns in SIZES}
+    return {turns: [*messages, {"role": "user", "content": [{"type": "text", "text": QUESTION}]}]
+            for turns, messages in found.items()}
+
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)  # the SDK on the fake's default model name
+
+
+async def bare(client: anthropic.AsyncAnthropic, messages: list[dict]) -> float:
+    t0 = time.perf_counter()
+    async with await client.messages.create(model=MODEL, max_tokens=1024, system=SYSTEM_PROMPT, messages=messages,
+                                            stream=True) as events:
+        async for _ in events:
+            pass
+    return time.perf_counter() - t0
+
+
+async def main_async(args: argparse.Namespace) -> bool:
+    fake = FakeAnthropicProcess()
+    with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
+        server = None
+        try:
+            data = Path(tmp) / "data"
+            data.mkdir()
+            copies = args.warmup + args.turns_per_size
+            t0 = time.perf_counter()
+            await seed(data / "chat-agent.db", copies)
+            print(f"history scaling: {copies} conversations each of {', '.join(map(str, SIZES))} turns seeded in "
+                  f"{time.perf_counter() - t0:.1f} s; {args.warmup} warm-up and {args.turns_per_size} measured "
+                  f"turns per size, sizes interleaved")
+            sent = await histories(data / "chat-agent.db")
+            server = ChatServer(fake, data)
+            client = anthropic.AsyncAnthropic(api_key=fake.api_key, base_url=fake.base_url, max_retries=0)
+            results: dict[int, list[tuple[int, float, float]]] = {turns: [] for turns in SIZES}
+            bares: dict[int, list[float]] = {turns: [] for turns in SIZES}
+            for copy in range(copies):
+                for turns in SIZES:
+                    result = await one(server.ws_url, f"t{turns}-{copy}")
+                    took = await bare(client, sent[turns])
+                    if copy >= args.warmup:
+                        results[turns].append(result)
+                        bares[turns].append(took)
+            await client.close()
+            for turns in SIZES:
+                frames = [r[0] for r in results[turns]]
+                opens = [r[1] for r in results[turns]]
+                times = [r[2] for r in results[turns]]
+                chars = sum(len(json.dumps(m)) for m in sent[turns])
+                print(f"  {turns:5d} turns: session {max(frames):7,d} bytes, open p50 {ms(median(opens))}; "
+                      f"turn p50 {ms(median(times))} p90 {ms(pct(times, 90))}; bare model call "
+                      f"({chars:,d} chars sent) p50 {ms(median(bares[turns]))}")
+            small, large = SIZES[0], SIZES[-1]
+            frame = max(r[0] for r in results[large])
+            p50 = {turns: median([r[2] for r in results[turns]]) for turns in SIZES}
+            model = {turns: median(bares[turns]) for turns in SIZES}
+            raw = p50[large] / p50[small]
+            held = (p50[large] - model[large] + model[small]) / p50[small]
+            print(f"  session at {large} turns {frame:,d} bytes / {FRAME_TARGET:,d} = {frame / FRAME_TARGET:.3f}")
+            print(f"  turn p50 {large} / {small} turns = {raw:.3f} as measured; {held:.3f} with the model's time held "
+                  f"at its {small}-turn value (target ≤ {TURN_TARGET})")
+            return verdict("history scaling: worst of session/64 KB and (turn p50 ratio, model time held)/1.5",
+                           max(frame / FRAME_TARGET, held / TURN_TARGET), 1.0, higher_is_better=False)
+        finally:
+            if server is not None:
+                server.stop()
+            fake.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns-per-size", type=int, default=15)
+    parser.add_argument("--warmup", type=int, default=2)
+    args = parser.parse_args()
+    return run(main_async, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
