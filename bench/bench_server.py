@@ -35,5 +35,4 @@ def build_registry(settings):
 
 
 if __name__ == "__main__":
-    if os.environ.get("SWITCH"): sys.setswitchinterval(float(os.environ["SWITCH"]))
     sys.exit(server.main(build_registry))
