@@ -27,6 +27,9 @@ from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, Fin
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
+# Seconds the model-facing history stays loaded after a turn: a conversation going on
+# does not read its history back for every message, an idle one holds only its size.
+KEEP_LOADED = 60.0
 KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
 T = TypeVar("T")
 
@@ -63,6 +66,7 @@ class LiveConversation:
         # Bumped whenever writes are lost: state shown before may not have been stored.
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
+        self._unload: asyncio.TimerHandle | None = None
 
     def _use(self, manager: ConversationManager, canvas: Canvas) -> None:
         self.manager = manager
@@ -145,7 +149,10 @@ class LiveConversation:
 
     async def load(self) -> None:
         """Loads what a turn needs that an idle conversation does not hold: the model-facing
-        history (let go again when the turn is closed)."""
+        history (let go a while after the turn is closed)."""
+        if self._unload is not None:
+            self._unload.cancel()
+            self._unload = None
         await self.manager.load()
 
     def start(self, agent: Agent, turn: Turn, user: VisibleMessage, content: list[dict]) -> asyncio.Task[StopReason]:
@@ -216,7 +223,13 @@ class LiveConversation:
         self._reply = None
         self._turn_id = None
         self._tool_started.clear()
-        self.manager.release()  # idle again: the model-facing history is in the store
+        # Idle again: the model-facing history is in the store, and let go unless a turn follows soon.
+        self._unload = asyncio.get_running_loop().call_later(KEEP_LOADED, self._let_go)
+
+    def _let_go(self) -> None:
+        self._unload = None
+        if not self.running:
+            self.manager.release()
 
     def clear(self) -> None:
         """Forgets the model-facing history (the visible one stays); only between turns."""
