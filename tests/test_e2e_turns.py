@@ -60,6 +60,11 @@ async def test_a_burst_is_merged_into_few_frames_that_the_log_replays_alike(serv
     replay, _ = await connect(server, session["conversationId"])
     await send(replay, type="resume", afterSeq=0)
     assert [await recv(replay, skip=()) for _ in frames] == frames
+    # the next turn, right away: its first token is not held back either
+    fake_anthropic.enqueue(Reply(words, chunk_size=5))
+    await send(ws, type="message", content="again")
+    again = [f for f in await until(ws, "done") if f["type"] == "content_chunk"]
+    assert again[0]["content"] == words[:5] and "".join(f["content"] for f in again) == words
     await ws.close(), await replay.close()
 
 

@@ -54,8 +54,14 @@ class DeltaCoalescer:
         self._pending, self._parts = frame, [frame.content]
         self._timer = asyncio.get_running_loop().call_later(self._last + self._window - now, self.flush)
 
+    def interrupt(self) -> None:
+        """Another frame comes: the held delta goes first, and the deltas after that frame
+        start a new run (the first of them goes out at once, like a new turn's first token)."""
+        self.flush()
+        self._last = -self._window
+
     def flush(self) -> None:
-        """Sends the pending delta now (before any other frame, or when its window ends)."""
+        """Sends the pending delta now (when its window ends, or before another frame)."""
         pending, self._pending = self._pending, None
         if self._timer is not None:
             self._timer.cancel()

@@ -90,7 +90,7 @@ class LiveConversation:
         if isinstance(frame, DELTAS) and not ops:
             self._deltas.offer(frame)
             return
-        self._deltas.flush()
+        self._deltas.interrupt()
         self._log(frame, ops)
 
     def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
