@@ -156,7 +156,6 @@ async def worker(url: str, jobs: asyncio.Queue, results: dict[str, list[float]],
 async def main_async(args: argparse.Namespace) -> bool:
     fake = FakeAnthropicProcess()
     with tempfile.TemporaryDirectory(prefix="bench-abort-") as tmp:
-        print(f"  server data in {tmp}", flush=True)
         server = None
         try:
             server = ChatServer(fake, Path(tmp) / "server", script="bench/bench_server.py")

@@ -41,29 +41,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._common import verdict  # noqa: E402
+from bench.canvas_cache import SMALL, document, main_only  # noqa: E402  (the same document and scripting)
 from chat_agent.store import SqliteStore  # noqa: E402
 from chat_agent.store.writes import MAX_CHAIN  # noqa: E402
 from tests.fakes.anthropic_fake import FakeAnthropic, Reply, ToolUse  # noqa: E402
 from tests.support import ServerProcess, connect, send, until  # noqa: E402
 
-SMALL = "claude-haiku-bench"
 SIZES = (("1 KB", 1_000), ("100 KB", 100_000), ("1 MB", 1_000_000))
 SENT_TARGET, STORED_TARGET = 20_000, 100_000
-PARAGRAPH = "The canvas keeps the document beside the chat, and every edit becomes a version. "
-
-
-def document(chars: int) -> str:
-    lines, size, n = [], 0, 0
-    while size < chars:
-        line = f"## Section {n}\n\n{PARAGRAPH * 4}\n\n"
-        lines.append(line)
-        size += len(line)
-        n += 1
-    return "".join(lines)[:chars]
-
-
-def main_only(body: dict) -> bool:
-    return body.get("model") != SMALL
 
 
 @dataclass

@@ -93,7 +93,9 @@ def _coalesce(ops: list[Op]) -> list[Op]:
 
 
 def _weight(op: Op) -> int:
-    """Roughly the characters an op writes (the big ones only; the rest count as small)."""
+    """Roughly the characters an op writes (the big ones only; the rest count as small). A
+    version counts whole even when it may be kept as a delta: the store decides in the write
+    itself whether a snapshot is due, so the writer cannot tell and keeps on the safe side."""
     match op:
         case AppendEvents():
             return sum(len(event.frame) for event in op.events)
