@@ -1,0 +1,92 @@
+"""Where SqliteStore commits: a small batch on the event loop's thread, a big one, or one
+that meets another process's write lock, on a thread of its own while the loop goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from chat_agent.store import AppendEvents, CreateConversation, EventRecord, SqliteStore
+
+ALICE = "alice"
+
+
+def _events(start: int, count: int, text: str = "x") -> AppendEvents:
+    frames = tuple(EventRecord("c1", s, "content_chunk", None, text) for s in range(start, start + count))
+    return AppendEvents(ALICE, "c1", frames)
+
+
+async def _loop_stalls(during: asyncio.Future[None]) -> float:
+    """The longest gap between two turns of the event loop until `during` is done."""
+    worst, last = 0.0, time.monotonic()
+    while not during.done():
+        await asyncio.sleep(0.005)
+        now = time.monotonic()
+        worst, last = max(worst, now - last), now
+    return worst
+
+
+async def test_a_small_batch_commits_inline_and_is_read_back(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "chat.db") as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        commit = asyncio.ensure_future(store.apply([_events(1, 3)]))
+        await asyncio.sleep(0)  # one turn of the loop: inline, the commit is already done
+        assert commit.done()
+        await commit
+        assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == [1, 2, 3]
+
+
+async def test_a_locked_database_is_waited_for_off_the_event_loop(tmp_path: Path) -> None:
+    path = tmp_path / "chat.db"
+    async with SqliteStore(path) as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        # Another process's write transaction, as a second instance on the same file holds it.
+        other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        release = threading.Timer(0.6, lambda: other.execute("COMMIT"))
+        release.start()
+        try:
+            started = time.monotonic()
+            commit = asyncio.ensure_future(store.apply([_events(1, 2)]))
+            stall = await _loop_stalls(commit)
+            await commit
+            waited = time.monotonic() - started
+        finally:
+            release.join()
+            other.close()
+        assert waited >= 0.5  # it did wait for the lock, and did not fail
+        assert stall < 0.3, f"the event loop stood still for {stall:.3f} s while the lock was held"
+        assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == [1, 2]
+        # The write connection is back to never waiting inline: the next small batch commits at once.
+        await store.apply([_events(3, 1)])
+        assert (await store.get_conversation(ALICE, "c1")).last_seq == 3
+
+
+async def test_a_big_batch_commits_off_the_event_loop(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "chat.db") as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        big = "y" * 2_000_000
+        commit = asyncio.ensure_future(store.apply([_events(1, 20, big)]))  # 40 MB of frames
+        turns = 0
+        while not commit.done():
+            await asyncio.sleep(0)
+            turns += 1
+        await commit
+        assert turns > 1  # the loop went on while it was written
+        assert (await store.get_conversation(ALICE, "c1")).last_seq == 20
+
+
+async def test_reads_never_see_a_batch_before_its_commit(tmp_path: Path) -> None:
+    async with SqliteStore(tmp_path / "chat.db") as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        big = "z" * 1_000_000
+        commit = asyncio.ensure_future(store.apply([_events(1, 30, big)]))
+        seen: set[int] = set()
+        while not commit.done():
+            seen.add(len(await store.events_after(ALICE, "c1", 0, limit=None)))
+        await commit
+        assert seen <= {0, 30}
+        assert len(await store.events_after(ALICE, "c1", 0)) == 30
