@@ -1,0 +1,354 @@
+"""Messages between instances of the server, over PostgreSQL's LISTEN/NOTIFY or Redis pub/sub.
+
+Two kinds travel:
+- committed frames: the owner of a conversation publishes every frame once the store has
+  it, on one channel all instances listen to; each delivers them to its own sockets on
+  that conversation. A frame that is lost on the way (a dropped listener connection) is
+  read back from the event log: a receiver notices the gap in `seq`.
+- direct messages to one instance: commands forwarded to a conversation's owner, and the
+  owner's replies.
+
+Publishing never waits: frames queue and a flusher sends what queued meanwhile in one
+round trip, in the order they were published. A single instance with no bus configured
+uses `LocalBus`, which sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RECONNECT_DELAY = 0.5  # seconds before a lost listener connection is opened again
+
+# (seq, turn id, frame text) of one committed frame
+Frame = tuple[int, str | None, str]
+
+
+def namespace_of(name: str) -> str:
+    """A short channel prefix for one deployment: instances sharing a database (PostgreSQL
+    channels are per database, not per schema) or a Redis must not hear other deployments."""
+    return "ca" + hashlib.sha1(name.encode()).hexdigest()[:10]
+
+
+@dataclass
+class Handlers:
+    """What a bus calls with what arrives (synchronously, on the event loop)."""
+
+    frames: Callable[[str, list[Frame]], None] = lambda conversation_id, frames: None
+    direct: Callable[[dict[str, Any]], None] = lambda message: None
+    # The listener connection was lost and is back: frames may have been missed meanwhile.
+    resync: Callable[[], None] = lambda: None
+
+
+class Bus(ABC):
+    """One instance's end of the bus. `start` before use, `close` after."""
+
+    def __init__(self, instance: str, namespace: str = "ca"):
+        self.instance = instance
+        self.namespace = namespace
+        self.handlers = Handlers()
+        self._pending: dict[str, list[Frame]] = {}
+        self._wake = asyncio.Event()
+        self._flusher: asyncio.Task[None] | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether other instances can hear this one (False for `LocalBus`)."""
+        return True
+
+    @property
+    def frames_channel(self) -> str:
+        return f"{self.namespace}_frames"
+
+    def instance_channel(self, instance: str) -> str:
+        return f"{self.namespace}_i_{instance}"
+
+    async def start(self, handlers: Handlers) -> None:
+        self.handlers = handlers
+        await self._listen()
+        self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="bus-flush")
+
+    async def close(self) -> None:
+        if self._flusher is not None:
+            self._flusher.cancel()
+            await asyncio.gather(self._flusher, return_exceptions=True)
+            self._flusher = None
+        await self._stop()
+
+    def publish(self, conversation_id: str, seq: int, turn_id: str | None, text: str) -> None:
+        """Queues a committed frame for every instance; returns at once."""
+        self._pending.setdefault(conversation_id, []).append((seq, turn_id, text))
+        self._wake.set()
+
+    async def send(self, instance: str, message: dict[str, Any]) -> None:
+        """Sends a message to one instance (it may no longer be there: nothing says so)."""
+        await self._send([(self.instance_channel(instance), _dumps(message))])
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            pending, self._pending = self._pending, {}
+            messages = [(self.frames_channel, _dumps({"c": cid, "f": frames})) for cid, frames in pending.items()]
+            try:
+                await self._send(messages)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Receivers notice the gap at the next frame, or on resync, and read the log.
+                log.warning("could not publish %d frames to other instances: %s",
+                            sum(len(f) for f in pending.values()), exc)
+
+    def _received(self, channel: str, payload: str) -> None:
+        try:
+            message = json.loads(payload)
+            if channel == self.frames_channel:
+                self.handlers.frames(message["c"], [tuple(f) for f in message["f"]])  # type: ignore[misc]
+            else:
+                self.handlers.direct(message)
+        except Exception:
+            log.exception("could not handle a message from another instance on %s", channel)
+
+    @abstractmethod
+    async def _listen(self) -> None:
+        """Starts listening on the frames channel and this instance's own one; returns once
+        listening (what is published from then on arrives)."""
+
+    @abstractmethod
+    async def _stop(self) -> None: ...
+
+    @abstractmethod
+    async def _send(self, messages: list[tuple[str, str]]) -> None:
+        """Sends (channel, payload) pairs in order, in one round trip where the service allows."""
+
+
+class LocalBus(Bus):
+    """One instance alone: nothing to tell anyone."""
+
+    @property
+    def shared(self) -> bool:
+        return False
+
+    def publish(self, conversation_id: str, seq: int, turn_id: str | None, text: str) -> None:
+        pass
+
+    async def _listen(self) -> None:
+        pass
+
+    async def _stop(self) -> None:
+        pass
+
+    async def _send(self, messages: list[tuple[str, str]]) -> None:
+        if messages:
+            raise RuntimeError("no other instance can be reached: no bus is configured")
+
+
+# ---- PostgreSQL ------------------------------------------------------------------------------
+
+# NOTIFY takes payloads shorter than 8000 bytes; longer ones travel in numbered pieces, all
+# sent in one transaction (delivered together and in order), joined again on arrival.
+PIECE_BYTES = 7000
+
+
+@dataclass
+class _Pieces:
+    count: int
+    parts: dict[int, str] = field(default_factory=dict)
+
+
+class PostgresBus(Bus):
+    """The namespace is the database and schema the URL leads to, as the server sees them."""
+
+    def __init__(self, instance: str, url: str):
+        super().__init__(instance)
+        self._url = url
+        self._sender: Any = None  # psycopg.AsyncConnection
+        self._send_lock = asyncio.Lock()
+        self._listener: asyncio.Task[None] | None = None
+        self._pieces: dict[str, _Pieces] = {}
+
+    async def _connect(self) -> Any:
+        import psycopg  # imported here: a server without PostgreSQL does not need it
+
+        return await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+
+    async def _listen(self) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._listener = asyncio.get_running_loop().create_task(self._listen_loop(ready), name="bus-listen")
+        await ready
+
+    async def _listen_loop(self, ready: asyncio.Future[None]) -> None:
+        first = True
+        while True:
+            try:
+                conn = await self._connect()
+                try:
+                    if first:
+                        cursor = await conn.execute("SELECT current_database() || '.' || current_schema()")
+                        self.namespace = namespace_of(str((await cursor.fetchone())[0]))
+                    for channel in (self.frames_channel, self.instance_channel(self.instance)):
+                        await conn.execute(f'LISTEN "{channel}"')
+                    if first:
+                        ready.set_result(None)
+                        first = False
+                    else:
+                        self.handlers.resync()
+                    async for notify in conn.notifies():
+                        self._arrived(notify.channel, notify.payload)
+                finally:
+                    await conn.close()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if first:
+                    ready.set_exception(exc)
+                    return
+                log.warning("lost the PostgreSQL bus connection (%s); reconnecting", exc)
+                await asyncio.sleep(RECONNECT_DELAY)
+
+    def _arrived(self, channel: str, payload: str) -> None:
+        if not payload.startswith("~"):
+            self._received(channel, payload)
+            return
+        key, index, count, piece = payload[1:].split(":", 3)
+        pieces = self._pieces.setdefault(key, _Pieces(int(count)))
+        pieces.parts[int(index)] = piece
+        if len(pieces.parts) == pieces.count:
+            del self._pieces[key]
+            self._received(channel, "".join(pieces.parts[i] for i in range(pieces.count)))
+
+    async def _stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+        async with self._send_lock:
+            if self._sender is not None:
+                await self._sender.close()
+                self._sender = None
+
+    async def _send(self, messages: list[tuple[str, str]]) -> None:
+        channels, payloads = [], []
+        for channel, payload in messages:
+            for piece in _pieces(payload):
+                channels.append(channel)
+                payloads.append(piece)
+        if not channels:
+            return
+        async with self._send_lock:  # one connection, one statement at a time: order is kept
+            if self._sender is None or self._sender.closed:
+                self._sender = await self._connect()
+            try:
+                # One statement, so one transaction: its notifications arrive together, in order.
+                await self._sender.execute(
+                    "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS m(c, p, i)"
+                    " ORDER BY i", (channels, payloads))
+            except Exception:
+                await self._sender.close()
+                self._sender = None
+                raise
+
+
+def _pieces(payload: str) -> list[str]:
+    data = payload.encode()
+    if len(data) < PIECE_BYTES:
+        return [payload]
+    # Split on characters, so that every piece is valid text on its own.
+    pieces, current, size = [], [], 0
+    for char in payload:
+        width = len(char.encode())
+        if size + width > PIECE_BYTES - 64:
+            pieces.append("".join(current))
+            current, size = [], 0
+        current.append(char)
+        size += width
+    pieces.append("".join(current))
+    key = uuid.uuid4().hex[:12]
+    return [f"~{key}:{i}:{len(pieces)}:{piece}" for i, piece in enumerate(pieces)]
+
+
+# ---- Redis -----------------------------------------------------------------------------------
+
+class RedisBus(Bus):
+    """The namespace is given: the deployment's database, by default (see `create_bus`)."""
+
+    def __init__(self, instance: str, url: str, namespace: str):
+        super().__init__(instance, namespace)
+        self._url = url
+        self._client: Any = None  # redis.asyncio.Redis
+        self._listener: asyncio.Task[None] | None = None
+
+    async def _listen(self) -> None:
+        import redis.asyncio as redis  # imported here: a server without Redis does not need it
+
+        self._client = redis.Redis.from_url(self._url)
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._listener = asyncio.get_running_loop().create_task(self._listen_loop(ready), name="bus-listen")
+        await ready
+
+    async def _listen_loop(self, ready: asyncio.Future[None]) -> None:
+        first = True
+        while True:
+            pubsub = self._client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.frames_channel, self.instance_channel(self.instance))
+                if first:
+                    ready.set_result(None)
+                    first = False
+                else:
+                    self.handlers.resync()
+                while True:
+                    message = await pubsub.get_message(timeout=None)
+                    if message is not None and message["type"] == "message":
+                        self._received(message["channel"].decode(), message["data"].decode())
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if first:
+                    ready.set_exception(exc)
+                    return
+                log.warning("lost the Redis bus connection (%s); reconnecting", exc)
+                await asyncio.sleep(RECONNECT_DELAY)
+            finally:
+                await pubsub.aclose()
+
+    async def _stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            await asyncio.gather(self._listener, return_exceptions=True)
+            self._listener = None
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _send(self, messages: list[tuple[str, str]]) -> None:
+        if not messages:
+            return
+        async with self._client.pipeline(transaction=False) as pipe:
+            for channel, payload in messages:
+                pipe.publish(channel, payload)
+            await pipe.execute()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def create_bus(instance: str, database_url: str | None, redis_url: str | None) -> Bus:
+    """Redis when configured, else PostgreSQL's LISTEN/NOTIFY when the store is PostgreSQL,
+    else nothing to share (one instance on SQLite)."""
+    if redis_url:
+        return RedisBus(instance, redis_url, namespace_of(database_url or "sqlite"))
+    scheme = (database_url or "").partition(":")[0].lower()
+    if scheme.startswith("postgres"):
+        return PostgresBus(instance, database_url)  # type: ignore[arg-type]
+    return LocalBus(instance)
