@@ -86,6 +86,20 @@ def _hosts(env: Mapping[str, str]) -> tuple[str, ...]:
     return hosts
 
 
+def _instance_id(env: Mapping[str, str]) -> str:
+    raw = env.get("CHAT_AGENT_INSTANCE_ID", "").strip()
+    if raw and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", raw):
+        raise ConfigError("CHAT_AGENT_INSTANCE_ID must be 1 to 32 letters, digits, '-' or '_'")
+    return raw
+
+
+def _lease_seconds(env: Mapping[str, str]) -> float:
+    value = _float(env, "CHAT_AGENT_LEASE_SECONDS", 10.0)
+    if not 1.0 <= value <= 300.0:
+        raise ConfigError(f"CHAT_AGENT_LEASE_SECONDS must be between 1 and 300, got {value}")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -139,6 +153,11 @@ class Settings:
     # Deep research.
     research_max_searches: int = 8
     research_timeout: float = 240.0
+    # Several instances (sessions/ownership.py): the bus, and how long an owner's lease lasts
+    # without renewal (a dead instance's turns are closed within about 1.5 times that).
+    redis_url: str | None = None
+    instance_id: str = ""  # "" : a new one each start
+    lease_seconds: float = 10.0
 
     @property
     def auth_enabled(self) -> bool:
@@ -198,5 +217,8 @@ class Settings:
             code_memory_mb=_int(env, "CHAT_AGENT_CODE_MEMORY_MB", 512),
             code_unsandboxed=_flag(env, "CHAT_AGENT_CODE_UNSANDBOXED"),
             research_max_searches=_int(env, "CHAT_AGENT_RESEARCH_MAX_SEARCHES", 8),
+            redis_url=env.get("CHAT_AGENT_REDIS_URL") or None,
+            instance_id=_instance_id(env),
+            lease_seconds=_lease_seconds(env),
             research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
         )

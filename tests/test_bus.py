@@ -127,15 +127,15 @@ async def test_frames_reach_every_instance_in_order_and_whole(make_bus) -> None:
     texts = {seq: f'{{"type":"content_chunk","seq":{seq},"content":"{big if seq == 7 else seq}"}}'
              for seq in range(1, 41)}
     for seq, text in texts.items():
-        a.publish("conv1", seq, "turn1", text)
+        a.publish("conv1", seq, "turn1", "content_chunk", text)
         if seq % 5 == 0:
             await asyncio.sleep(0)  # several flushes, not one
-    a.publish("conv2", 1, None, '{"type":"title"}')
+    a.publish("conv2", 1, None, "title", '{"type":"title"}')
     for inbox in (inbox_b, inbox_c):
         await inbox.until(lambda inbox=inbox: len(inbox.seqs("conv1")) == 40 and inbox.seqs("conv2") == [1])
         assert inbox.seqs("conv1") == list(range(1, 41))
-        got = {f[0]: (f[1], f[2]) for c, frames in inbox.frames if c == "conv1" for f in frames}
-        assert got == {seq: ("turn1", text) for seq, text in texts.items()}
+        got = {f[0]: tuple(f[1:]) for c, frames in inbox.frames if c == "conv1" for f in frames}
+        assert got == {seq: ("turn1", "content_chunk", text) for seq, text in texts.items()}
     del b
 
 
@@ -155,7 +155,7 @@ async def test_another_deployment_hears_nothing(make_bus) -> None:
     a, _ = await make_bus("a" * 16)
     _, inbox_b = await make_bus("b" * 16)
     _, stranger = await make_bus("b" * 16, other_deployment=True)  # even with the same instance id
-    a.publish("conv1", 1, None, "{}")
+    a.publish("conv1", 1, None, "title", "{}")
     await a.send("b" * 16, {"k": "reply", "id": "r1"})
     await inbox_b.until(lambda: inbox_b.seqs("conv1") == [1] and len(inbox_b.direct) == 1)
     await asyncio.sleep(0.3)
@@ -165,11 +165,11 @@ async def test_another_deployment_hears_nothing(make_bus) -> None:
 async def test_a_lost_listener_comes_back_and_asks_for_a_resync(make_bus) -> None:
     a, _ = await make_bus("a" * 16)
     b, inbox_b = await make_bus("b" * 16)
-    a.publish("conv1", 1, None, "{}")
+    a.publish("conv1", 1, None, "title", "{}")
     await inbox_b.until(lambda: inbox_b.seqs("conv1") == [1])
     await _kill_listeners(make_bus.kind, b)
     await inbox_b.until(lambda: inbox_b.resyncs == 1)
-    a.publish("conv1", 2, None, "{}")
+    a.publish("conv1", 2, None, "title", "{}")
     await inbox_b.until(lambda: 2 in inbox_b.seqs("conv1"))
 
 

@@ -29,8 +29,8 @@ log = logging.getLogger(__name__)
 
 RECONNECT_DELAY = 0.5  # seconds before a lost listener connection is opened again
 
-# (seq, turn id, frame text) of one committed frame
-Frame = tuple[int, str | None, str]
+# (seq, turn id, frame type, frame text) of one committed frame
+Frame = tuple[int, str | None, str, str]
 
 
 def namespace_of(name: str) -> str:
@@ -84,9 +84,9 @@ class Bus(ABC):
             self._flusher = None
         await self._stop()
 
-    def publish(self, conversation_id: str, seq: int, turn_id: str | None, text: str) -> None:
+    def publish(self, conversation_id: str, seq: int, turn_id: str | None, kind: str, text: str) -> None:
         """Queues a committed frame for every instance; returns at once."""
-        self._pending.setdefault(conversation_id, []).append((seq, turn_id, text))
+        self._pending.setdefault(conversation_id, []).append((seq, turn_id, kind, text))
         self._wake.set()
 
     async def send(self, instance: str, message: dict[str, Any]) -> None:
@@ -138,7 +138,7 @@ class LocalBus(Bus):
     def shared(self) -> bool:
         return False
 
-    def publish(self, conversation_id: str, seq: int, turn_id: str | None, text: str) -> None:
+    def publish(self, conversation_id: str, seq: int, turn_id: str | None, kind: str, text: str) -> None:
         pass
 
     async def _listen(self) -> None:

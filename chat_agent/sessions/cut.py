@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chat_agent.protocol import (ContentChunk, ContextUpdate, ErrorFrame, MessageStatus, Usage, VisibleMessage,
-                                 server_frames)
-from chat_agent.sessions.fold import fold
+from chat_agent.protocol import ErrorFrame, MessageStatus, Usage
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.replica import reply_from_log
 from chat_agent.store import Store, TurnRecord
 
 
@@ -34,6 +33,12 @@ RESTARTED = Cut(
     message="The server restarted while this reply was being written; it stopped here.",
     status="interrupted",
 )
+OWNER_LOST = Cut(
+    note="[This reply was interrupted: the server instance writing it stopped.]",
+    result="Interrupted: the server instance running this tool stopped before it finished.",
+    message="The server instance writing this reply stopped; it stopped here.",
+    status="interrupted",
+)
 NOT_SAVED = Cut(
     note="[This reply was cut off: the server could not save it.]",
     result="Cut off: the server could not save this tool's result.",
@@ -43,20 +48,9 @@ NOT_SAVED = Cut(
 
 
 async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> None:
-    events = await store.events_after(record.owner, record.conversation_id, record.first_seq - 1)
-    reply = VisibleMessage(id=record.message_id, role="assistant", created_at=record.started_at, status="streaming")
-    unfinished: list[str] = []  # text of the model call that never completed
-    for event in events:
-        if event.turn_id != record.id:
-            continue
-        frame = server_frames.validate_json(event.frame)
-        fold(reply, frame)
-        if isinstance(frame, ContentChunk):
-            unfinished.append(frame.content)
-        elif isinstance(frame, ContextUpdate):  # sent once a call's reply is in the history
-            unfinished.clear()
+    reply, unfinished = await reply_from_log(store, record)
     await live.load()  # the model-facing history, let go again by `finish`
-    live.manager.repair("".join(unfinished), cut.note, cut.result)
+    live.manager.repair(unfinished, cut.note, cut.result)
     live.adopt(record, reply)
     live.publish(ErrorFrame(code="internal", message=cut.message))
     live.finish("error", Usage(), status=cut.status)

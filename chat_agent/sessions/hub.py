@@ -4,6 +4,11 @@ Connections come and go; a conversation stays in memory while someone listens or
 runs, so a turn survives its socket and every connection sees the same live state. The
 turn itself belongs to its LiveConversation; the hub finds, opens and closes conversations,
 routes client commands to them, and hands finished turns to the background jobs.
+
+With several instances, a command runs where the conversation is owned (`ownership`):
+here when this instance holds the lease or can take it, else forwarded to the holder; a
+conversation followed here shows the owner's frames, and its `session` is read from the
+store (`replica`).
 """
 
 from __future__ import annotations
@@ -20,15 +25,20 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import ArtifactState, Done, ErrorFrame, MessageIn, StopReason, ToolInfo, VisibleMessage
+from chat_agent.protocol import (AbortIn, AnyClientFrame, ArtifactState, ClearContextIn, Done, EditArtifactIn, ErrorFrame,
+                                 MessageIn, SelectArtifactVersionIn, SessionFrame, StopReason, ToolInfo, VisibleMessage,
+                                 client_frames)
 from chat_agent.rejection import FrameRejected
-from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
+from chat_agent.sessions.bus import Bus, Frame, Handlers, LocalBus
+from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, close_cut_turn
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
+from chat_agent.sessions.ownership import Answer, Claim, OwnerUnreachable, Ownership
 from chat_agent.sessions.pages import visible_page
 from chat_agent.sessions.prepare import TurnPreparer
+from chat_agent.sessions.replica import session_from_store
 from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistorySize,
-                              Store, StoreWriter)
+                              Lease, Store, StoreWriter)
 
 log = logging.getLogger(__name__)
 
@@ -40,16 +50,27 @@ GONE_NOT_SAVED = ("The server could not save this conversation's latest changes 
                   "to see what was kept.")
 # What an open conversation holds: no history, only the model-facing history's size.
 Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
+# Codes that answer a malformed frame: only the socket that sent it is told. Any other
+# rejection is news for everyone on the conversation, published in its event log.
+LOCAL_CODES = frozenset({"invalid_frame", "unknown_type", "empty_message", "too_large"})
+CLAIM_ATTEMPTS = 3  # a lease released or expired between looking and forwarding: look again
+UNREACHABLE = "The server instance running this conversation does not answer; try again in a few seconds."
+# A frame on the bus that says the conversation was deleted (seq 0: it is no frame of the log).
+DELETED = "deleted"
 
 
 class Hub:
     def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter,
-                 files: Files):
+                 files: Files, *, ownership: Ownership | None = None, bus: Bus | None = None):
         self.settings = settings
         self.store = store
         self.writer = writer
         self.agent = agent
         self.files = files
+        self.bus = bus or LocalBus("local")
+        self.ownership = ownership or Ownership(self.bus.instance, store, writer, self.bus,
+                                                lease_seconds=settings.lease_seconds,
+                                                sweep_seconds=settings.lease_seconds / 5)
         self.memories = MemoryBook(store, writer)
         self.jobs = ConversationJobs(settings, agent.model, self.memories, self)
         self._counter = counter
@@ -58,6 +79,12 @@ class Hub:
         self._loading: dict[str, asyncio.Lock] = {}
         self._recoveries: set[asyncio.Task[None]] = set()
         writer.on_lost = self._writes_lost
+        self.ownership.on_lost = self._lease_lost
+        self.ownership.on_expired = self._take_over
+        self.ownership.on_command = self._forwarded
+
+    def bus_handlers(self) -> Handlers:
+        return Handlers(frames=self._followed, direct=self.ownership.received, resync=self._resync)
 
     # ---- what is open -------------------------------------------------------------------------
 
@@ -117,6 +144,18 @@ class Hub:
     def release(self, live: LiveConversation) -> None:
         if not live.listeners and not live.running and self._live.get(live.id) is live:
             del self._live[live.id]
+            self._spawn(self.ownership.release(live.id), f"release:{live.id}")
+
+    def _idle(self, live: LiveConversation) -> None:
+        """The turn is over and its history let go: the lease goes too, so that the next
+        command, wherever it arrives, takes the conversation without a hop to this instance."""
+        if not live.running and self.ownership.holds(live.id):
+            self._spawn(self.ownership.release(live.id), f"release:{live.id}")
+
+    def _spawn(self, job, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(job, name=name)
+        self._recoveries.add(task)
+        task.add_done_callback(self._recoveries.discard)
 
     async def _create(self, owner: str) -> LiveConversation:
         now = time.time()
@@ -165,15 +204,177 @@ class Hub:
     def _remember(self, record: ConversationRecord, size: HistorySize,
                   artifact: ArtifactRecord | None) -> LiveConversation:
         live = LiveConversation(record, *self._parts(record, size, artifact), self.writer, self.store)
+        if self.bus.shared:
+            live.fanout = self.bus.publish
+        live.on_idle = lambda: self._idle(live)
         self._live[record.id] = live
         return live
 
     async def _close_cut_turns(self, live: LiveConversation, cut: Cut) -> bool:
-        """Closes the turns the store holds as running; whether there was one."""
+        """Closes the turns the store holds as running, if this instance owns the conversation
+        or can take it (else their owner runs them, and they are followed); whether it did."""
         turns = await self.store.running_turns(live.id)
-        for turn in turns:
+        if not turns:
+            return False
+        if not await self.own(live):
+            live.follow([], running=True)
+            return False
+        for turn in await self.store.running_turns(live.id):  # as they are now that it is ours
             await close_cut_turn(live, self.store, turn, cut)
-        return bool(turns)
+        return True
+
+    # ---- ownership ----------------------------------------------------------------------------
+
+    async def own(self, live: LiveConversation) -> bool:
+        """Whether this instance owns the conversation, taking it when nobody does; its
+        state is read again from the store when it changed hands."""
+        return (await self._claim(live))[0]
+
+    async def _claim(self, live: LiveConversation) -> tuple[bool, str | None]:
+        claim, holder = await self.ownership.claim(live.id)
+        if claim is Claim.GAINED:
+            try:
+                await self._refresh(live)
+            except BaseException:
+                await self.ownership.release(live.id, flush=False)
+                raise
+        return claim is not Claim.TAKEN, holder
+
+    async def _refresh(self, live: LiveConversation) -> None:
+        """Takes what the store holds: another instance may have written since this one
+        held the conversation."""
+        loaded = await self._load(live.owner, live.id)
+        if loaded is None:
+            raise FrameRejected("not_found", "This conversation was deleted.")
+        live.reload(loaded[0], *self._parts(*loaded))
+
+    async def snapshot(self, live: LiveConversation) -> SessionFrame | None:
+        """The `session` frame: from memory where the conversation is owned, else from the
+        store as of its last committed frame. None if it was deleted meanwhile."""
+        if not self.bus.shared or self.ownership.holds(live.id):
+            return await live.snapshot(self.tools())
+        return await session_from_store(self.store, live.owner, live.id, self.tools(), self.settings.max_context_tokens)
+
+    def _lease_lost(self, conversation_id: str) -> None:
+        live = self._live.get(conversation_id)
+        if live is not None:
+            self._spawn(self._follow_instead(live), f"lease-lost:{conversation_id}")
+
+    async def _follow_instead(self, live: LiveConversation) -> None:
+        """Another instance owns the conversation now: what ran here stops (its writes are
+        refused), and its sockets follow the new owner from what the store holds."""
+        try:
+            live.writes_lost()
+            await live.stop()
+            await self.writer.flush()
+            loaded = await self._load(live.owner, live.id)
+            if loaded is None:
+                self._close_all(live, CLOSE_NOT_FOUND, ErrorFrame(conversation_id=live.id, code="not_found",
+                                                                  message="This conversation was deleted."))
+                return
+            live.reload(loaded[0], *self._parts(*loaded))
+            self.writer.reopen(live.id)
+            live.follow([], running=bool(await self.store.running_turns(live.id)))
+            live.catch_up()
+        except Exception:
+            log.exception("could not hand %s over to its new owner", live.id)
+            self._evict(live)
+        finally:
+            live.recovered()
+
+    async def _take_over(self, lease: Lease) -> None:
+        """The lease's holder stopped renewing it (it died, or lost the database): the turn it
+        ran is closed as interrupted here, and its clients, wherever they are, told."""
+        turns = await self.store.running_turns(lease.conversation_id)
+        if not turns:
+            return  # nothing was running: the lease is free for whoever needs it next
+        turn = turns[0]
+        live = await self.open(turn.owner, turn.conversation_id, cut=OWNER_LOST)
+        if live is not None:
+            log.warning("took over %s from instance %s, whose lease expired", live.id, lease.instance)
+            self.release(live)
+
+    def _followed(self, conversation_id: str, frames: list[Frame]) -> None:
+        """Frames another instance committed (the bus): for the sockets here."""
+        live = self._live.get(conversation_id)
+        if live is None or self.ownership.holds(conversation_id):
+            return
+        if any(kind == DELETED for _, _, kind, _ in frames):
+            self._close_all(live, CLOSE_NOT_FOUND, ErrorFrame(conversation_id=live.id, code="not_found",
+                                                              message="This conversation was deleted."))
+            return
+        live.follow(frames)
+
+    def _resync(self) -> None:
+        for live in self._live.values():
+            if not self.ownership.holds(live.id):
+                live.catch_up()
+
+    # ---- commands, wherever the conversation runs ----------------------------------------------
+
+    async def command(self, live: LiveConversation, frame: AnyClientFrame) -> None:
+        """Runs a client's command on the instance that owns the conversation: this one (taking
+        it if nobody holds it) or the holder, which the command is forwarded to. Raises
+        FrameRejected for the socket that sent it; rejections everyone should see are
+        published in the conversation by the owner."""
+        for _ in range(CLAIM_ATTEMPTS):
+            owned, holder = await self._claim(live)
+            if owned:
+                await self._execute(live, frame)
+                return
+            if holder is None or not self.bus.shared:
+                if holder is None:
+                    continue  # released meanwhile: take it
+                raise FrameRejected("busy", "Another server instance runs this conversation and none of them can "
+                                            "reach it (no bus is configured); try again when its turn is over.")
+            try:
+                answer = await self.ownership.forward(holder, {
+                    "c": live.id, "u": live.owner, "frame": frame.model_dump(mode="json", by_alias=True,
+                                                                           exclude_unset=True)})
+            except OwnerUnreachable:
+                raise FrameRejected("internal", UNREACHABLE) from None
+            if answer.status == "ok":
+                return
+            if answer.status == "rejected":
+                raise FrameRejected(answer.code, answer.message)  # type: ignore[arg-type]
+            # "not_owner": it let the conversation go meanwhile; look again
+        raise FrameRejected("internal", UNREACHABLE)
+
+    async def _forwarded(self, message: dict) -> Answer:
+        """A command another instance forwarded here, as the owner."""
+        live = self._live.get(message.get("c", ""))
+        if live is None or live.owner != message.get("u") or not self.ownership.holds(live.id):
+            return Answer("not_owner")
+        try:
+            await self._execute(live, client_frames.validate_python(message["frame"]))
+        except FrameRejected as exc:
+            return Answer("rejected", exc.code, exc.message)
+        return Answer("ok")
+
+    async def _execute(self, live: LiveConversation, frame: AnyClientFrame) -> None:
+        """A command, here where the conversation is owned."""
+        try:
+            match frame:
+                case MessageIn():
+                    task = self.start_turn(live, frame)
+                    if task is not None:
+                        await asyncio.wait([task])  # until the turn started (or was refused)
+                        if not task.cancelled() and task.exception() is not None:
+                            raise task.exception()  # type: ignore[misc]
+                case AbortIn():
+                    await live.abort()
+                case ClearContextIn():
+                    await self.clear(live)
+                case SelectArtifactVersionIn(index=index):
+                    await self.select_version(live, index)
+                case EditArtifactIn(content=content, title=title):
+                    self.edit_artifact(live, content, title)
+                case _:
+                    raise TypeError(f"not a command: {frame!r}")
+        except FrameRejected as exc:
+            if exc.code in LOCAL_CODES:
+                raise
+            live.publish(ErrorFrame(code=exc.code, message=exc.message))
 
     # ---- writes the store lost ---------------------------------------------------------------
 
@@ -314,6 +515,10 @@ class Hub:
             return False
         self.jobs.cancel(conversation_id)
         await self.writer.commit([DeleteConversation(owner, conversation_id)])
+        # Sockets on other instances learn it from the bus (an owner elsewhere stops its turn:
+        # its next write finds nothing to write to).
+        self.bus.publish(conversation_id, 0, None, DELETED, "")
+        await self.ownership.release(conversation_id)
         return True
 
     # ---- process life -----------------------------------------------------------------------

@@ -5,12 +5,19 @@ and aborted through its methods, and nothing else writes that state.
 Frames get their `seq` here and go out only after the store writer committed them, so
 whatever a client was told survives a crash, and every connection on the conversation
 sees the same frames in the same order.
+
+With several instances, only the one owning the conversation (see `ownership`) runs its
+turns and writes it; it hands every committed frame to the bus as well (`fanout`). On the
+other instances the same class follows: it delivers the frames the bus brings to its own
+sockets, in seq order, reading what the bus lost from the event log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections import deque
 from typing import Any, Awaitable, Callable, Protocol, Sequence, TypeVar
 
 from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
@@ -32,6 +39,9 @@ KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
 KEEP_LOADED = 60.0
 KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+# A committed frame as the bus carries it: (seq, turn id, frame type, frame text).
+Committed = tuple[int, "str | None", str, str]
 
 
 class Listener(Protocol):
@@ -67,6 +77,14 @@ class LiveConversation:
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
         self._unload: asyncio.TimerHandle | None = None
+        # Told every committed frame (the bus, with several instances).
+        self.fanout: Callable[[str, int, str | None, str, str], None] = lambda *frame: None
+        # Told when the turn is over and the history let go: the conversation could go elsewhere.
+        self.on_idle: Callable[[], None] = lambda: None
+        # Following another instance's turn: frames not delivered yet, the gap being read, the turn.
+        self._incoming: deque[Committed] = deque()
+        self._gap: asyncio.Task[None] | None = None
+        self._remote_turn: str | None = None
 
     def _use(self, manager: ConversationManager, canvas: Canvas) -> None:
         self.manager = manager
@@ -79,7 +97,9 @@ class LiveConversation:
 
     @property
     def running(self) -> bool:
-        return self._task is not None or self._preparing is not None or self._recovering
+        """A turn runs here, or (followed) on the instance that owns the conversation."""
+        return (self._task is not None or self._preparing is not None or self._recovering
+                or self._remote_turn is not None)
 
     # ---- the event log ----------------------------------------------------------------------
 
@@ -101,15 +121,20 @@ class LiveConversation:
         if self._reply is not None:
             fold(self._reply, frame)
             self._track_tools(frame)
-        text = frame.to_json()
-        event = EventRecord(conversation_id=self.id, seq=seq, type=frame.type, turn_id=self._turn_id, frame=text)
-        self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))], lambda: self._deliver(seq, text))
+        text, turn_id, kind = frame.to_json(), self._turn_id, frame.type
+        event = EventRecord(conversation_id=self.id, seq=seq, type=kind, turn_id=turn_id, frame=text)
+        self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))],
+                            lambda: self._committed(seq, turn_id, kind, text))
 
     def _track_tools(self, frame: ServerFrame) -> None:
         if isinstance(frame, ToolStart):
             self._tool_started[frame.tool_id] = time.monotonic()
         elif isinstance(frame, ToolEnd):
             self._tool_started.pop(frame.tool_id, None)
+
+    def _committed(self, seq: int, turn_id: str | None, kind: str, text: str) -> None:
+        self._deliver(seq, text)
+        self.fanout(self.id, seq, turn_id, kind, text)
 
     def _deliver(self, seq: int, text: str) -> None:
         for listener in tuple(self.listeners):
@@ -230,6 +255,7 @@ class LiveConversation:
         self._unload = None
         if not self.running:
             self.manager.release()
+            self.on_idle()
 
     def clear(self) -> None:
         """Forgets the model-facing history (the visible one stays); only between turns."""
@@ -265,6 +291,8 @@ class LiveConversation:
         self._seq = record.last_seq
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
+        self._incoming.clear()
+        self._remote_turn = None
 
     def recovered(self) -> None:
         self._recovering = False
@@ -275,6 +303,56 @@ class LiveConversation:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    # ---- following the owner on another instance ----------------------------------------------
+
+    def follow(self, frames: list[Committed], running: bool | None = None) -> None:
+        """Frames the owner (another instance) committed, as the bus brings them: delivered
+        to this instance's sockets in seq order, a gap filled from the event log first.
+        `running`: whether the owner runs a turn, when known otherwise (on opening)."""
+        if running is not None:
+            self._remote_turn = "?" if running else None
+        self._incoming.extend(frames)
+        if self._gap is None:
+            self._drain()
+
+    def catch_up(self) -> None:
+        """Reads what the bus may have lost (it reconnected) from the event log."""
+        if self._gap is None:
+            self._gap = asyncio.get_running_loop().create_task(self._read_gap(), name=f"catch-up:{self.id}")
+
+    def _drain(self) -> None:
+        while self._incoming:
+            seq, turn_id, kind, text = self._incoming[0]
+            if seq > self._seq + 1:
+                self.catch_up()
+                return
+            self._incoming.popleft()
+            if seq == self._seq + 1:
+                self._follow_one(seq, turn_id, kind, text)
+
+    def _follow_one(self, seq: int, turn_id: str | None, kind: str, text: str) -> None:
+        self._seq = seq
+        if kind == "done":
+            self._remote_turn = None
+        elif turn_id is not None:
+            self._remote_turn = turn_id
+        self._deliver(seq, text)
+
+    async def _read_gap(self) -> None:
+        try:
+            for event in await self._store.events_after(self.owner, self.id, self._seq):
+                if event.seq == self._seq + 1:
+                    self._follow_one(event.seq, event.turn_id, event.type, event.frame)
+        except Exception:
+            log.exception("could not read the frames of %s the bus missed", self.id)
+        finally:
+            self._gap = None
+        if self._incoming and self._incoming[0][0] > self._seq + 1:
+            # Not in the log either (pruned, or not committed: the owner failed): go on from there.
+            log.warning("%s: frames %d..%d are gone; going on", self.id, self._seq + 1, self._incoming[0][0] - 1)
+            self._seq = self._incoming[0][0] - 1
+        self._drain()
 
     # ---- what a new listener is shown ---------------------------------------------------------
 
