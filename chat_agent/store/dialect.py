@@ -13,16 +13,20 @@ import re
 from functools import lru_cache
 
 _PLACEHOLDER = re.compile(r"\?(\d*)")
+_LITERAL = re.compile(r"('(?:[^']|'')*')")  # a quoted string: its text is left alone
 
 
 @lru_cache(maxsize=512)
 def to_postgres(sql: str) -> str:
-    """`sql` with `?N` as `$N` and the plain `?` numbered in order. One statement uses one
-    style; no literal in our statements holds a question mark."""
-    if "'" in sql and re.search(r"'[^']*\?[^']*'", sql):
-        raise ValueError(f"a question mark inside a literal is ambiguous: {sql!r}")
-    styles = {bool(n) for n in _PLACEHOLDER.findall(sql)}
+    """`sql` with `?N` as `$N` and the plain `?` numbered in order (one statement uses one
+    style); what is inside string literals is left as it is."""
+    parts = _LITERAL.split(sql)  # code at even indexes, literals at odd ones
+    styles = {bool(n) for part in parts[::2] for n in _PLACEHOLDER.findall(part)}
     if len(styles) > 1:
         raise ValueError(f"numbered and plain placeholders mixed: {sql!r}")
     counter = iter(range(1, sql.count("?") + 1))
-    return _PLACEHOLDER.sub(lambda m: f"${m.group(1) or next(counter)}", sql)
+
+    def number(match: re.Match[str]) -> str:
+        return f"${match.group(1) or next(counter)}"
+
+    return "".join(part if i % 2 else _PLACEHOLDER.sub(number, part) for i, part in enumerate(parts))
