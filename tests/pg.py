@@ -34,7 +34,7 @@ def _server() -> tuple[str | None, str]:
             with psycopg.connect(url, connect_timeout=3):
                 return url, ""
         except psycopg.Error as exc:
-            errors.append(f"{user}: {str(exc).strip()}")
+            errors.append(f"{user}: {' '.join(str(exc).split())}")
     return None, "; ".join(errors)
 
 
