@@ -53,15 +53,19 @@ _V1 = (
         stored_at DOUBLE PRECISION NOT NULL,
         PRIMARY KEY (conversation_id, seq)
     )""",
+    # Once per statement, with every row it inserted: an insert of a whole batch's events
+    # (see postgres.py) updates each conversation once, not once per event.
     """CREATE FUNCTION events_raise_conversation() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
-        UPDATE conversations
-        SET last_seq = GREATEST(last_seq, NEW.seq), updated_at = GREATEST(updated_at, NEW.stored_at)
-        WHERE id = NEW.conversation_id;
+        UPDATE conversations c
+        SET last_seq = GREATEST(c.last_seq, n.seq), updated_at = GREATEST(c.updated_at, n.stored_at)
+        FROM (SELECT conversation_id, MAX(seq) AS seq, MAX(stored_at) AS stored_at
+              FROM inserted GROUP BY conversation_id) n
+        WHERE c.id = n.conversation_id;
         RETURN NULL;
     END $$""",
     """CREATE TRIGGER events_raise_conversation AFTER INSERT ON events
-    FOR EACH ROW EXECUTE FUNCTION events_raise_conversation()""",
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION events_raise_conversation()""",
     """CREATE TABLE turns (
         id TEXT PRIMARY KEY,
         conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
