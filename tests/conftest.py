@@ -123,3 +123,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthrop
     proc = ServerProcess(tmp_path_factory.mktemp("server"), server_env(fake_anthropic, fake_exa)).start()
     yield proc
     proc.stop()
+
+
+from tests.pg import pg_url  # noqa: E402,F401  (a fresh PostgreSQL schema per test: tests/pg.py)
+from tests.stores import backend  # noqa: E402,F401  (each store test on SQLite and on PostgreSQL)

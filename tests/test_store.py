@@ -1,4 +1,5 @@
-"""The store against a real SQLite file: every op and read, owners, atomicity, durability."""
+"""The store against a real SQLite file and a real PostgreSQL schema: every op and read, owners,
+atomicity, durability."""
 
 from __future__ import annotations
 
@@ -28,14 +29,18 @@ from chat_agent.store import (
     RecordClientMessageId,
     ReplaceHistory,
     SetTitle,
+    PostgresStore,
     SqliteStore,
     StartTurn,
+    Store,
     StoreError,
     TurnRecord,
     UpsertHistoryItem,
     create_store,
 )
 from chat_agent.store.writes import plan
+from tests import pg
+from tests.stores import Backend
 
 REPO = Path(__file__).resolve().parents[1]
 ALICE, BOB = "alice", "bob"
@@ -60,14 +65,16 @@ def events_op(cid: str, seqs: range, owner: str = ALICE, at: float = 5.0) -> App
 
 
 @pytest_asyncio.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "nested" / "dir" / "chat.db") as opened:
+async def store(backend: Backend, tmp_path: Path) -> AsyncIterator[Store]:
+    if backend.name == "sqlite":  # the directories are created too
+        backend.where = tmp_path / "nested" / "dir" / "chat.db"
+    async with backend.new() as opened:
         await opened.apply([CreateConversation(ALICE, "c1", created_at=1.0)])
         yield opened
 
 
 @pytest.mark.asyncio
-async def test_create_get_list_and_title(store: SqliteStore) -> None:
+async def test_create_get_list_and_title(store: Store) -> None:
     conv = await store.get_conversation(ALICE, "c1")
     assert conv is not None
     assert (conv.id, conv.owner, conv.title, conv.created_at, conv.updated_at, conv.last_seq) == (
@@ -80,7 +87,7 @@ async def test_create_get_list_and_title(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_list_is_newest_activity_first_with_limit(store: SqliteStore) -> None:
+async def test_list_is_newest_activity_first_with_limit(store: Store) -> None:
     await store.apply([CreateConversation(ALICE, "c2", 2.0), CreateConversation(ALICE, "c3", 3.0)])
     await store.apply([events_op("c1", range(1, 2), at=9.0)])
     assert [c.id for c in await store.list_conversations(ALICE)] == ["c1", "c3", "c2"]
@@ -91,7 +98,7 @@ async def test_list_is_newest_activity_first_with_limit(store: SqliteStore) -> N
 
 
 @pytest.mark.asyncio
-async def test_list_pages_by_keyset_with_ties_and_windows(store: SqliteStore) -> None:
+async def test_list_pages_by_keyset_with_ties_and_windows(store: Store) -> None:
     # c1 at 1.0; five more, three of them tied at 2.0
     await store.apply([CreateConversation(ALICE, cid, at) for cid, at in
                        [("c2", 2.0), ("c3", 2.0), ("c4", 2.0), ("c5", 3.0), ("c6", 0.5)]])
@@ -114,7 +121,7 @@ async def test_list_pages_by_keyset_with_ties_and_windows(store: SqliteStore) ->
 
 
 @pytest.mark.asyncio
-async def test_history_pages_and_size(store: SqliteStore) -> None:
+async def test_history_pages_and_size(store: Store) -> None:
     items = [item(f"m{n}", "x" * n) for n in range(7)]
     await store.apply([AppendHistory(ALICE, "c1", "visible", tuple(items)),
                        AppendHistory(ALICE, "c1", "model", (item("a", "abc"),))])
@@ -142,7 +149,7 @@ async def test_history_pages_and_size(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_events_round_trip_in_seq_order(store: SqliteStore) -> None:
+async def test_events_round_trip_in_seq_order(store: Store) -> None:
     await store.apply([AppendEvents(ALICE, "c1", (event("c1", 2), event("c1", 1)), 6.0)])
     await store.apply([events_op("c1", range(3, 11), at=7.0)])
     got = await store.events_after(ALICE, "c1", 0)
@@ -155,7 +162,7 @@ async def test_events_round_trip_in_seq_order(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_prune_keeps_last_seq(store: SqliteStore) -> None:
+async def test_prune_keeps_last_seq(store: Store) -> None:
     await store.apply([events_op("c1", range(1, 6))])
     await store.apply([PruneEvents(ALICE, "c1", before_seq=4)])
     assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == [4, 5]
@@ -165,7 +172,7 @@ async def test_prune_keeps_last_seq(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_histories_append_upsert_replace(store: SqliteStore) -> None:
+async def test_histories_append_upsert_replace(store: Store) -> None:
     await store.apply([
         AppendHistory(ALICE, "c1", "visible", (item("a"), item("b"))),
         AppendHistory(ALICE, "c1", "visible", (item("c"),)),
@@ -195,7 +202,7 @@ async def test_histories_append_upsert_replace(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_turns_and_usage_totals(store: SqliteStore) -> None:
+async def test_turns_and_usage_totals(store: Store) -> None:
     await store.apply([StartTurn(turn("t2", started_at=2)), StartTurn(turn("t1", started_at=1))])
     assert [t.id for t in await store.running_turns()] == ["t1", "t2"]
     usage = {"inputTokens": 10, "outputTokens": 5, "server": {"searches": 1}}
@@ -213,7 +220,7 @@ async def test_turns_and_usage_totals(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_client_message_ids(store: SqliteStore) -> None:
+async def test_client_message_ids(store: Store) -> None:
     assert not await store.has_client_message_id(ALICE, "c1", "m1")
     await store.apply([RecordClientMessageId(ALICE, "c1", "m1")])
     await store.apply([RecordClientMessageId(ALICE, "c1", "m1")])  # a repeat is not an error
@@ -221,7 +228,7 @@ async def test_client_message_ids(store: SqliteStore) -> None:
     assert not await store.has_client_message_id(ALICE, "c1", "m2")
 
 
-async def _fill(store: SqliteStore, cid: str) -> None:
+async def _fill(store: Store, cid: str) -> None:
     await store.apply([
         events_op(cid, range(1, 4)),
         AppendHistory(ALICE, cid, "visible", (item("a"),)),
@@ -233,7 +240,7 @@ async def _fill(store: SqliteStore, cid: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_another_owner_sees_nothing_and_changes_nothing(store: SqliteStore) -> None:
+async def test_another_owner_sees_nothing_and_changes_nothing(store: Store) -> None:
     await _fill(store, "c1")
     before = await _snapshot(store, ALICE)
     assert await _snapshot(store, BOB) == (None, [], [], [], None, {}, False)
@@ -256,16 +263,16 @@ async def test_another_owner_sees_nothing_and_changes_nothing(store: SqliteStore
 
 
 @pytest.mark.asyncio
-async def test_ops_on_a_missing_conversation_are_no_ops(store: SqliteStore) -> None:
+async def test_ops_on_a_missing_conversation_are_no_ops(store: Store, backend: Backend) -> None:
     await _fill(store, "gone")  # never created
     assert await store.running_turns() == []
-    assert _row_counts(store.path) == {  # type: ignore[arg-type]
+    assert _row_counts(backend) == {
         "conversations": 1, "history_items": 0, "events": 0, "turns": 0, "client_message_ids": 0
     }
     assert await store.list_conversations(ALICE) == [await store.get_conversation(ALICE, "c1")]
 
 
-async def _snapshot(store: SqliteStore, owner: str) -> tuple[object, ...]:
+async def _snapshot(store: Store, owner: str) -> tuple[object, ...]:
     return (
         await store.get_conversation(owner, "c1"),
         await store.list_conversations(owner),
@@ -278,7 +285,7 @@ async def _snapshot(store: SqliteStore, owner: str) -> tuple[object, ...]:
 
 
 @pytest.mark.asyncio
-async def test_a_failing_batch_leaves_nothing_behind(store: SqliteStore) -> None:
+async def test_a_failing_batch_leaves_nothing_behind(store: Store) -> None:
     await store.apply([events_op("c1", range(1, 3))])
     before = await _snapshot(store, ALICE)
     with pytest.raises(ConstraintError):
@@ -297,7 +304,7 @@ async def test_a_failing_batch_leaves_nothing_behind(store: SqliteStore) -> None
 
 
 @pytest.mark.asyncio
-async def test_constraint_errors(store: SqliteStore) -> None:
+async def test_constraint_errors(store: Store) -> None:
     with pytest.raises(ConstraintError):
         await store.apply([CreateConversation(ALICE, "c1", 2.0)])
     with pytest.raises(ConstraintError):
@@ -313,7 +320,7 @@ async def test_constraint_errors(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_delete_cascades(store: SqliteStore) -> None:
+async def test_delete_cascades(store: Store, backend: Backend) -> None:
     await store.apply([CreateConversation(ALICE, "c2", 1.0)])
     await _fill(store, "c1")
     await _fill(store, "c2")
@@ -321,7 +328,7 @@ async def test_delete_cascades(store: SqliteStore) -> None:
     await store.apply([DeleteConversation(ALICE, "c1")])
     assert await store.get_conversation(ALICE, "c1") is None
     assert await store.running_turns() == []
-    counts = _row_counts(store.path)  # type: ignore[arg-type]
+    counts = _row_counts(backend)
     assert counts == {"conversations": 1, "history_items": 2, "events": 3, "turns": 1,
                       "client_message_ids": 1}
     # The same id starts empty: nothing of the old conversation was left to reappear.
@@ -332,14 +339,13 @@ async def test_delete_cascades(store: SqliteStore) -> None:
     )
 
 
-def _row_counts(path: Path) -> dict[str, int]:
+def _row_counts(backend: Backend) -> dict[str, int]:
     tables = ("conversations", "history_items", "events", "turns", "client_message_ids")
-    with sqlite3.connect(path) as db:
-        return {t: db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
+    return {t: backend.count(t) for t in tables}
 
 
 @pytest.mark.asyncio
-async def test_one_batch_keeps_each_conversations_order(store: SqliteStore) -> None:
+async def test_one_batch_keeps_each_conversations_order(store: Store) -> None:
     ops = [CreateConversation(ALICE, "c2", 1.0)]
     for n in range(3):
         for cid in ("c1", "c2"):
@@ -356,7 +362,7 @@ async def test_one_batch_keeps_each_conversations_order(store: SqliteStore) -> N
 
 
 @pytest.mark.asyncio
-async def test_reads_never_see_half_a_batch(store: SqliteStore) -> None:
+async def test_reads_never_see_half_a_batch(store: Store) -> None:
     async def write(cid: str) -> None:
         # Create sets last_seq to 0, the events raise it to 30 a statement later.
         await store.apply([CreateConversation(ALICE, cid, 1.0), events_op(cid, range(1, 31))])
@@ -371,35 +377,32 @@ async def test_reads_never_see_half_a_batch(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_survives_close_and_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "chat.db"
-    async with SqliteStore(path) as store:
+async def test_survives_close_and_reopen(backend: Backend) -> None:
+    async with backend.new() as store:
         await _fill_created(store)
         before = await _snapshot(store, ALICE)
-    async with SqliteStore(path) as store:
+    async with backend.new() as store:
         await store.open()  # idempotent
         assert await _snapshot(store, ALICE) == before
-    with sqlite3.connect(path) as db:
-        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,), (5,)]
+    if backend.name == "sqlite":
+        assert backend.sql("PRAGMA journal_mode")[0][0] == "wal"
+    assert backend.sql("SELECT version FROM schema_version ORDER BY version") == [(n,) for n in range(1, 7)]
 
 
-async def _fill_created(store: SqliteStore) -> None:
+async def _fill_created(store: Store) -> None:
     await store.apply([CreateConversation(ALICE, "c1", 1.0), SetTitle(ALICE, "c1", "t")])
     await _fill(store, "c1")
 
 
 @pytest.mark.asyncio
-async def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "chat.db"
-    async with SqliteStore(path):
+async def test_a_newer_schema_is_refused(backend: Backend) -> None:
+    async with backend.new():
         pass
-    with sqlite3.connect(path) as db:
-        db.execute("INSERT INTO schema_version VALUES (99, 0)")
+    backend.sql("INSERT INTO schema_version VALUES (99, 0)")
     with pytest.raises(StoreError, match="newer"):
-        await SqliteStore(path).open()
+        await backend.new().open()
     with pytest.raises(StoreError, match="not open"):
-        await SqliteStore(path).get_conversation(ALICE, "c1")
+        await backend.new().get_conversation(ALICE, "c1")
 
 
 CRASH_CHILD = textwrap.dedent("""
@@ -456,11 +459,32 @@ async def test_create_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     async with create_store("sqlite:///:memory:", tmp_path) as memory:
         await memory.apply([CreateConversation(ALICE, "m", 1.0), events_op("m", range(1, 3))])
         assert (await memory.get_conversation(ALICE, "m")).last_seq == 2  # type: ignore[union-attr]
-    with pytest.raises(ValueError, match="PostgreSQL support is not in this build"):
-        create_store("postgresql://u:secret@db/chat", tmp_path)
+    for url in ("postgresql://u:secret@db/chat", "postgres://u:secret@db/chat?sslmode=disable"):
+        pg = create_store(url, tmp_path)
+        assert isinstance(pg, PostgresStore) and pg.url == url and "secret" not in repr(pg)
     with pytest.raises(ValueError, match="unsupported") as info:
         create_store("mysql://u:secret@db/chat", tmp_path)
     assert "secret" not in str(info.value)
+
+
+@pytest.mark.asyncio
+async def test_postgres_errors_never_show_the_password(pg_url: str) -> None:
+    url = pg_url.replace("://", "://nobody:hunter2@").replace(":5432", ":1")  # nothing listens there
+    with pytest.raises(StoreError) as info:
+        await create_store(url, Path("unused")).open()
+    assert "hunter2" not in str(info.value) and "nobody:…@" in str(info.value)
+    query = pg_url + "&password=hunter2"
+    assert "hunter2" not in repr(create_store(query, Path("unused")))
+
+
+@pytest.mark.asyncio
+async def test_create_store_honours_the_schema_in_the_url(pg_url: str) -> None:
+    async with create_store(pg_url, Path("unused")) as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+    schema = pg_url.rpartition("%3D")[2]
+    assert pg.query(pg_url, "SELECT table_schema FROM information_schema.tables WHERE table_name = 'conversations'"
+                    " AND table_schema = $1", (schema,)) == [(schema,)]
+    assert pg.query(pg_url, "SELECT id FROM conversations") == [("c1",)]
 
 
 def test_plan_batches_many_conversations_into_few_steps() -> None:

@@ -1,5 +1,6 @@
-"""The canvas half of the store against a real SQLite file: artifacts and their versions,
-memories, custom quick actions, and the upgrade of a database made by schema version 1."""
+"""The canvas half of the store against a real SQLite file and a real PostgreSQL schema:
+artifacts and their versions, memories, custom quick actions, and the upgrade of a SQLite
+database made by schema version 1 (PostgreSQL's upgrades: test_store_pg.py)."""
 
 from __future__ import annotations
 
@@ -31,12 +32,13 @@ from chat_agent.store import (
     SetTitle,
     SqliteStore,
     StartTurn,
+    Store,
     TurnRecord,
     op_scope,
 )
-from chat_agent.store import schema, sqlite as sqlite_store
-from chat_agent.store.sqlite import _ARTIFACT
+from chat_agent.store import reads, schema
 from chat_agent.store.writes import plan
+from tests.stores import Backend
 
 ALICE, BOB = "alice", "bob"
 
@@ -66,15 +68,15 @@ def event(cid: str, seq: int) -> EventRecord:
 
 
 @pytest_asyncio.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "chat.db") as opened:
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    async with backend.new() as opened:
         await opened.apply([CreateConversation(ALICE, "c1", created_at=1.0)])
         yield opened
 
 
 @pytest.mark.asyncio
 async def test_first_version_creates_the_artifact_and_each_new_one_is_current(
-    store: SqliteStore,
+    store: Store, backend: Backend,
 ) -> None:
     assert await store.get_artifact(ALICE, "c1") is None
     await store.apply([add(1)])
@@ -90,7 +92,7 @@ async def test_first_version_creates_the_artifact_and_each_new_one_is_current(
 
 @pytest.mark.asyncio
 async def test_select_moves_current_and_the_next_version_is_appended_last(
-    store: SqliteStore,
+    store: Store, backend: Backend,
 ) -> None:
     await store.apply([add(1), add(2), add(3)])
     await store.apply([SelectArtifactVersion(ALICE, "c1", 1)])
@@ -105,7 +107,7 @@ async def test_select_moves_current_and_the_next_version_is_appended_last(
 
 
 @pytest.mark.asyncio
-async def test_version_index_rules(store: SqliteStore) -> None:
+async def test_version_index_rules(store: Store, backend: Backend) -> None:
     with pytest.raises(ConstraintError, match="version_count"):
         await store.apply([add(2)])  # the first version is 1
     assert await store.get_artifact(ALICE, "c1") is None  # not even an empty artifact
@@ -126,14 +128,14 @@ async def test_version_index_rules(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_selecting_without_an_artifact_is_a_no_op(store: SqliteStore) -> None:
+async def test_selecting_without_an_artifact_is_a_no_op(store: Store, backend: Backend) -> None:
     await store.apply([SelectArtifactVersion(ALICE, "c1", 1)])
     assert await store.get_artifact(ALICE, "c1") is None
 
 
 @pytest.mark.asyncio
 async def test_large_versions_are_stored_once_and_read_one_at_a_time(
-    store: SqliteStore,
+    store: Store, backend: Backend,
 ) -> None:
     big = ["é" * 200_000 + str(n) for n in range(1, 6)]
     for n, content in enumerate(big, 1):
@@ -141,16 +143,16 @@ async def test_large_versions_are_stored_once_and_read_one_at_a_time(
     artifact = await store.get_artifact(ALICE, "c1")
     assert artifact is not None and artifact.current.content == big[-1]
     assert (await store.get_artifact_version(ALICE, "c1", 2)).content == big[1]  # type: ignore[union-attr]
-    with sqlite3.connect(store.path) as db:  # type: ignore[arg-type]
-        stored = db.execute("SELECT SUM(LENGTH(content)) FROM artifact_versions").fetchone()[0]
-        assert stored == sum(len(c) for c in big)  # each version once, nothing re-encoded
+    stored = backend.sql("SELECT SUM(LENGTH(content)) FROM artifact_versions")[0][0]
+    assert stored == sum(len(c) for c in big)  # each version once, nothing re-encoded
+    if backend.name == "sqlite":
         # The current version is found by its key, not by scanning the versions.
-        steps = [row[-1] for row in db.execute(f"EXPLAIN QUERY PLAN {_ARTIFACT}", ("c1", ALICE))]
+        steps = [row[-1] for row in backend.sql(f"EXPLAIN QUERY PLAN {reads.ARTIFACT}", ("c1", ALICE))]
         assert not [s for s in steps if s.startswith("SCAN")], steps
 
 
 @pytest.mark.asyncio
-async def test_another_owner_sees_no_artifact_and_changes_nothing(store: SqliteStore) -> None:
+async def test_another_owner_sees_no_artifact_and_changes_nothing(store: Store, backend: Backend) -> None:
     await store.apply([add(1), add(2)])
     before = await store.get_artifact(ALICE, "c1")
     assert await store.get_artifact(BOB, "c1") is None
@@ -166,28 +168,26 @@ async def test_another_owner_sees_no_artifact_and_changes_nothing(store: SqliteS
 
 
 @pytest.mark.asyncio
-async def test_artifact_ops_on_a_missing_conversation_are_no_ops(store: SqliteStore) -> None:
+async def test_artifact_ops_on_a_missing_conversation_are_no_ops(store: Store, backend: Backend) -> None:
     await store.apply([add(1, cid="gone"), add(5, cid="gone"),
                        SelectArtifactVersion(ALICE, "gone", 7)])
     assert await store.get_artifact(ALICE, "gone") is None
-    path: Path = store.path  # type: ignore[assignment]
-    assert _count(path, "artifacts") == _count(path, "artifact_versions") == 0
+    assert backend.count("artifacts") == backend.count("artifact_versions") == 0
 
 
 @pytest.mark.asyncio
-async def test_deleting_a_conversation_deletes_its_artifact(store: SqliteStore) -> None:
+async def test_deleting_a_conversation_deletes_its_artifact(store: Store, backend: Backend) -> None:
     await store.apply([CreateConversation(ALICE, "c2", 1.0), add(1), add(2), add(1, cid="c2")])
     await store.apply([DeleteConversation(ALICE, "c1")])
     assert await store.get_artifact(ALICE, "c1") is None
-    path: Path = store.path  # type: ignore[assignment]
-    assert _count(path, "artifacts") == _count(path, "artifact_versions") == 1
+    assert backend.count("artifacts") == backend.count("artifact_versions") == 1
     # The same id starts without an artifact, and its first version is 1 again.
     await store.apply([CreateConversation(ALICE, "c1", 2.0), add(1, artifact_id="new")])
     assert await store.get_artifact(ALICE, "c1") == ArtifactRecord("new", "c1", 1, 1, version(1))
 
 
 @pytest.mark.asyncio
-async def test_memories_are_per_owner(store: SqliteStore) -> None:
+async def test_memories_are_per_owner(store: Store, backend: Backend) -> None:
     assert await store.get_memories(ALICE) is None
     await store.apply([SetMemories(ALICE, memories("No emojis.", "Short sentences.")),
                        SetMemories(BOB, memories("Écrire en français.", at=2.0))])
@@ -204,7 +204,7 @@ async def test_memories_are_per_owner(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_quick_actions_round_trip_oldest_first(store: SqliteStore) -> None:
+async def test_quick_actions_round_trip_oldest_first(store: Store, backend: Backend) -> None:
     await store.apply([PutQuickAction(quick("q2", at=2.0)), PutQuickAction(quick("q1", at=1.0)),
                        PutQuickAction(quick("qb", owner=BOB, at=0.5))])
     assert [q.id for q in await store.list_quick_actions(ALICE)] == ["q1", "q2"]
@@ -221,7 +221,7 @@ async def test_quick_actions_round_trip_oldest_first(store: SqliteStore) -> None
 
 
 @pytest.mark.asyncio
-async def test_a_quick_action_belongs_to_its_owner(store: SqliteStore) -> None:
+async def test_a_quick_action_belongs_to_its_owner(store: Store, backend: Backend) -> None:
     await store.apply([PutQuickAction(quick("q1"))])
     assert await store.get_quick_action(BOB, "q1") is None
     assert await store.list_quick_actions(BOB) == []
@@ -232,7 +232,7 @@ async def test_a_quick_action_belongs_to_its_owner(store: SqliteStore) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_failing_mixed_batch_leaves_nothing_behind(store: SqliteStore) -> None:
+async def test_a_failing_mixed_batch_leaves_nothing_behind(store: Store, backend: Backend) -> None:
     await store.apply([add(1), SetMemories(ALICE, memories("old")), PutQuickAction(quick("q1"))])
     before = await _snapshot(store)
     with pytest.raises(ConstraintError):
@@ -255,7 +255,7 @@ async def test_a_failing_mixed_batch_leaves_nothing_behind(store: SqliteStore) -
 
 
 @pytest.mark.asyncio
-async def test_a_mixed_batch_keeps_each_scopes_order(store: SqliteStore) -> None:
+async def test_a_mixed_batch_keeps_each_scopes_order(store: Store, backend: Backend) -> None:
     ops = [CreateConversation(ALICE, "c2", 1.0)]
     for n in range(1, 4):
         for cid in ("c1", "c2"):
@@ -300,7 +300,7 @@ async def test_a_version_1_database_upgrades_in_place(
         old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
         old.setattr(schema, "SCHEMA_VERSION", 1)
         # its reads, too, knew no column of a later migration
-        old.setattr(sqlite_store, "_CONVERSATION", sqlite_store._CONVERSATION.replace(", context_overhead", ""))
+        old.setattr(reads, "CONVERSATION", reads.CONVERSATION.replace(", context_overhead", ""))
         async with SqliteStore(path) as store:
             await store.apply([
                 CreateConversation(ALICE, "c1", 1.0),
@@ -322,17 +322,18 @@ async def test_a_version_1_database_upgrades_in_place(
         await store.apply([DeleteConversation(ALICE, "c1")])
         assert _count(path, "artifact_versions") == 0
     with sqlite3.connect(path) as db:
-        assert db.execute("SELECT version FROM schema_version").fetchall() == [(1,), (2,), (3,), (4,), (5,)]
+        assert db.execute("SELECT version FROM schema_version").fetchall() == [
+            (n,) for n in range(1, schema.SCHEMA_VERSION + 1)]
     async with SqliteStore(path) as store:  # a second open migrates nothing
         assert await store.get_memories(ALICE) == memories("kept")
         assert [q.id for q in await store.list_quick_actions(ALICE)] == ["q1"]
 
 
-async def _conversation_and_events(store: SqliteStore) -> tuple[object, ...]:
+async def _conversation_and_events(store: Store) -> tuple[object, ...]:
     return await store.get_conversation(ALICE, "c1"), await store.events_after(ALICE, "c1", 0)
 
 
-async def _snapshot(store: SqliteStore) -> tuple[object, ...]:
+async def _snapshot(store: Store) -> tuple[object, ...]:
     return (
         await store.list_conversations(ALICE),
         await store.events_after(ALICE, "c1", 0),

@@ -1,5 +1,5 @@
 """Artifact versions stored as deltas with periodic snapshots (schema migration 5), against a real
-SQLite file: what is written, what is read back, the snapshot cadence, and the upgrade of a
+SQLite file and a real PostgreSQL schema: what is written, what is read back, the snapshot cadence, and the upgrade of a
 database whose versions were all stored whole."""
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ import pytest_asyncio
 
 from chat_agent import edits
 from chat_agent.store import (AddArtifactVersion, ArtifactVersionRecord, ConstraintError, CreateConversation,
-                              DeleteConversation, SelectArtifactVersion, SqliteStore, VersionDelta)
+                              DeleteConversation, SelectArtifactVersion, SqliteStore, Store, VersionDelta)
 from chat_agent.store import schema
 from chat_agent.store.writes import DELTA_SHARE, MAX_CHAIN
+from tests.stores import Backend
 
 ALICE = "alice"
 BIG = "".join(f"Paragraph {n}: the canvas keeps the document beside the chat. é🌱\n" for n in range(4000))
@@ -35,7 +36,7 @@ def edit(text: str, n: int) -> str:
 class Versions:
     """Adds versions the way the canvas does: each derives from the current one by a diff."""
 
-    def __init__(self, store: SqliteStore, cid: str = "c1"):
+    def __init__(self, store: Store, cid: str = "c1"):
         self.store, self.cid = store, cid
         self.contents: list[str] = []
         self.current = 0
@@ -54,26 +55,25 @@ class Versions:
         self.current = index
 
 
-def rows(store: SqliteStore) -> list[tuple]:
-    with sqlite3.connect(store.path) as db:  # type: ignore[arg-type]
-        return db.execute("SELECT idx, base_idx, LENGTH(content), LENGTH(changes), chain_len FROM artifact_versions"
-                          " WHERE conversation_id = 'c1' ORDER BY idx").fetchall()
+def rows(backend: Backend) -> list[tuple]:
+    return backend.sql("SELECT idx, base_idx, LENGTH(content), LENGTH(changes), chain_len FROM artifact_versions"
+                       " WHERE conversation_id = 'c1' ORDER BY idx")
 
 
 @pytest_asyncio.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    async with SqliteStore(tmp_path / "chat.db") as opened:
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    async with backend.new() as opened:
         await opened.apply([CreateConversation(ALICE, "c1", created_at=1.0)])
         yield opened
 
 
 @pytest.mark.asyncio
-async def test_small_edits_are_stored_as_small_deltas_and_read_back_whole(store: SqliteStore) -> None:
+async def test_small_edits_are_stored_as_small_deltas_and_read_back_whole(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     await versions.add(BIG)
     for n in range(1, 6):
         await versions.add(edit(versions.contents[-1], n))
-    stored = rows(store)
+    stored = rows(backend)
     assert stored[0] == (1, None, len(BIG), None, 0)  # the first version is a snapshot
     for idx, base, content, changes, chain in stored[1:]:
         assert (base, content, chain) == (idx - 1, 0, idx - 1) and changes < 40, stored
@@ -85,12 +85,12 @@ async def test_small_edits_are_stored_as_small_deltas_and_read_back_whole(store:
 
 
 @pytest.mark.asyncio
-async def test_a_snapshot_is_taken_every_max_chain_deltas(store: SqliteStore) -> None:
+async def test_a_snapshot_is_taken_every_max_chain_deltas(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     await versions.add(BIG)
     for n in range(1, 2 * MAX_CHAIN + 6):
         await versions.add(edit(versions.contents[-1], n))
-    stored = rows(store)
+    stored = rows(backend)
     snapshots = [idx for idx, base, *_ in stored if base is None]
     assert snapshots == [1, MAX_CHAIN + 2, 2 * MAX_CHAIN + 3]
     assert max(chain for *_, chain in stored) == MAX_CHAIN  # no read applies more than MAX_CHAIN deltas
@@ -99,65 +99,61 @@ async def test_a_snapshot_is_taken_every_max_chain_deltas(store: SqliteStore) ->
 
 
 @pytest.mark.asyncio
-async def test_a_snapshot_is_taken_once_the_deltas_outweigh_a_share_of_the_content(store: SqliteStore) -> None:
+async def test_a_snapshot_is_taken_once_the_deltas_outweigh_a_share_of_the_content(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     await versions.add("x" * 1000)
     for n in range(1, 8):  # each delta is 114 characters of JSON: [[100,200,"nnn…"]]
         content = versions.contents[-1]
         await versions.add(content[:100] + f"{n}" * 100 + content[200:])
-    with sqlite3.connect(store.path) as db:  # type: ignore[arg-type]
-        sizes = db.execute("SELECT idx, base_idx IS NULL, chain_size FROM artifact_versions ORDER BY idx").fetchall()
+    sizes = backend.sql("SELECT idx, base_idx IS NULL, chain_size FROM artifact_versions ORDER BY idx")
     # four deltas (456 characters) fit in DELTA_SHARE of 1,000 characters, a fifth would not
     assert DELTA_SHARE == 0.5
     assert sizes == [(1, 1, 0), (2, 0, 114), (3, 0, 228), (4, 0, 342), (5, 0, 456), (6, 1, 0), (7, 0, 114),
                      (8, 0, 228)]
     await versions.add("y" * 1000)  # a rewrite: its one change is as big as the content, stored whole
-    assert rows(store)[-1][:2] == (9, None)
+    assert rows(backend)[-1][:2] == (9, None)
     for index, content in enumerate(versions.contents, 1):
         assert (await store.get_artifact_version(ALICE, "c1", index)).content == content  # type: ignore[union-attr]
 
 
 @pytest.mark.asyncio
-async def test_an_edit_of_an_older_version_chains_through_that_version(store: SqliteStore) -> None:
+async def test_an_edit_of_an_older_version_chains_through_that_version(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     await versions.add(BIG)
     await versions.add(edit(BIG, 1))
     await versions.add(edit(versions.contents[-1], 2))
     await versions.select(2)
     await versions.add(edit(versions.contents[1], 3))  # version 4, derived from version 2
-    assert rows(store)[-1][:2] == (4, 2)
+    assert rows(backend)[-1][:2] == (4, 2)
     assert (await store.get_artifact(ALICE, "c1")).current.content == versions.contents[3]  # type: ignore[union-attr]
     assert (await store.get_artifact_version(ALICE, "c1", 3)).content == versions.contents[2]  # type: ignore[union-attr]
 
 
 @pytest.mark.asyncio
-async def test_a_delta_without_its_base_is_stored_whole_and_a_bad_row_is_refused(store: SqliteStore) -> None:
+async def test_a_delta_without_its_base_is_stored_whole_and_a_bad_row_is_refused(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     await versions.add("one two three")
     lost = AddArtifactVersion(ALICE, "c1", "a1", record(2, "one 2 three"), VersionDelta(9, ((4, 7, "2"),)))
     await store.apply([lost])
-    assert rows(store)[-1] == (2, None, len("one 2 three"), None, 0)
+    assert rows(backend)[-1] == (2, None, len("one 2 three"), None, 0)
     assert (await store.get_artifact_version(ALICE, "c1", 2)).content == "one 2 three"  # type: ignore[union-attr]
-    with sqlite3.connect(store.path) as db:  # type: ignore[arg-type]
-        for base, changes in ((3, "[]"), (2, None), (None, "[]"), (0, "[]")):
-            with pytest.raises(sqlite3.IntegrityError, match="delta"):
-                db.execute("INSERT INTO artifact_versions (conversation_id, idx, type, title, content, created_at,"
-                           " source, base_idx, changes) VALUES ('c1', 3, 'text', 't', '', 1, 'user', ?, ?)",
-                           (base, changes))
+    for base, changes in ((3, "[]"), (2, None), (None, "[]"), (0, "[]")):
+        with pytest.raises(backend.integrity_error, match="delta"):
+            backend.sql("INSERT INTO artifact_versions (conversation_id, idx, type, title, content, created_at,"
+                        " source, base_idx, changes) VALUES ('c1', 3, 'text', 't', '', 1, 'user', CAST(? AS BIGINT), ?)",
+                        (base, changes))
     with pytest.raises(ConstraintError):  # the version rules of before still hold
         await store.apply([AddArtifactVersion(ALICE, "c1", "a1", record(2, "x"), VersionDelta(1, ()))])
 
 
 @pytest.mark.asyncio
-async def test_reading_any_version_of_a_megabyte_artifact_stays_fast(store: SqliteStore) -> None:
+async def test_reading_any_version_of_a_megabyte_artifact_stays_fast(store: Store, backend: Backend) -> None:
     versions = Versions(store)
     big = (BIG * 4)[:1_000_000]
     await versions.add(big)
     for n in range(1, MAX_CHAIN + 10):
         await versions.add(edit(versions.contents[-1], n))
-    with sqlite3.connect(store.path) as db:  # type: ignore[arg-type]
-        stored = db.execute("SELECT SUM(LENGTH(content) + COALESCE(LENGTH(changes), 0)) FROM artifact_versions"
-                            ).fetchone()[0]
+    stored = backend.sql("SELECT SUM(LENGTH(content) + COALESCE(LENGTH(changes), 0)) FROM artifact_versions")[0][0]
     assert stored < 2 * len(big) + 10_000  # two snapshots and small deltas, not 40 megabytes
     slowest = 0.0
     for index in range(1, len(versions.contents) + 1):
@@ -186,16 +182,17 @@ async def test_a_database_of_whole_versions_upgrades_and_chains_on_from_them(
                        (index, content, float(index)))
         assert "base_idx" not in {r[1] for r in db.execute("PRAGMA table_info(artifact_versions)")}
 
+    backend = Backend("sqlite", path)
     async with SqliteStore(path) as store:
         assert (await store.get_artifact(ALICE, "c1")).current.content == edit(BIG, 1)  # type: ignore[union-attr]
         versions = Versions(store)
         versions.contents, versions.current = [BIG, edit(BIG, 1)], 2
         await versions.add(edit(versions.contents[-1], 2))
-        assert rows(store) == [(1, None, len(BIG), None, 0), (2, None, len(BIG), None, 0),
-                               (3, 2, 0, rows(store)[2][3], 1)]
+        assert rows(backend) == [(1, None, len(BIG), None, 0), (2, None, len(BIG), None, 0),
+                               (3, 2, 0, rows(backend)[2][3], 1)]
         for index, content in enumerate(versions.contents, 1):
             assert (await store.get_artifact_version(ALICE, "c1", index)).content == content  # type: ignore[union-attr]
         await store.apply([DeleteConversation(ALICE, "c1")])  # deltas cascade like the rest
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT COUNT(*) FROM artifact_versions").fetchone() == (0,)
-        assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (5,)
+        assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (schema.SCHEMA_VERSION,)

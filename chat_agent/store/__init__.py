@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chat_agent.store.base import ConstraintError, Store, StoreError
+from chat_agent.store.base import ConstraintError, FencedOut, Fences, Store, StoreError
 from chat_agent.store.ops import (
     AddArtifactVersion,
     AddFile,
@@ -48,12 +48,14 @@ from chat_agent.store.records import (
     HistoryItem,
     HistoryPage,
     HistorySize,
+    Lease,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
     TurnStatus,
     VersionDelta,
 )
+from chat_agent.store.postgres import PostgresStore, redact
 from chat_agent.store.sqlite import SqliteStore
 from chat_agent.store.writer import NotStored, StoreWriter
 
@@ -74,16 +76,20 @@ __all__ = [
     "DeleteMemories",
     "DeleteQuickAction",
     "EventRecord",
+    "FencedOut",
+    "Fences",
     "FileRecord",
     "FileSource",
     "FinishTurn",
     "History",
+    "Lease",
     "HistoryItem",
     "HistoryPage",
     "HistorySize",
     "MemoriesRecord",
     "NotStored",
     "Op",
+    "PostgresStore",
     "PruneEvents",
     "PutQuickAction",
     "QuickActionRecord",
@@ -115,25 +121,18 @@ def create_store(database_url: str | None, data_dir: Path) -> Store:
 
     None or empty: `data_dir / "chat-agent.db"`. `sqlite:///rel/path.db` is relative to
     the working directory, `sqlite:////abs/path.db` absolute (SQLAlchemy's convention),
-    `sqlite:///:memory:` in memory.
+    `sqlite:///:memory:` in memory. `postgresql://` or `postgres://` URLs are libpq's, used
+    as they are: `?options=-csearch_path%3Dname` puts the tables in schema `name`.
     """
     url = (database_url or "").strip()
     if not url:
         return SqliteStore(Path(data_dir) / DEFAULT_FILENAME)
     scheme = url.partition(":")[0].lower()
-    if scheme.startswith("postgres"):
-        raise ValueError(
-            "CHAT_AGENT_DATABASE_URL names PostgreSQL, but PostgreSQL support is not in "
-            "this build; use sqlite:///path/to/file.db or leave it unset"
-        )
+    if scheme in ("postgresql", "postgres") and url[len(scheme) :].startswith("://"):
+        return PostgresStore(url)
     if not url.startswith(_SQLITE_PREFIX) or len(url) == len(_SQLITE_PREFIX):
         raise ValueError(
-            f"unsupported database URL {_redact(url)!r}: expected sqlite:///path/to/file.db"
+            f"unsupported database URL {redact(url)!r}: expected sqlite:///path/to/file.db "
+            "or postgresql://user@host/database"
         )
     return SqliteStore(url[len(_SQLITE_PREFIX) :])
-
-
-def _redact(url: str) -> str:
-    # A URL may carry a password; an error message must not.
-    scheme, sep, rest = url.partition("://")
-    return f"{scheme}{sep}…" if sep else url[:40]

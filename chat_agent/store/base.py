@@ -3,12 +3,15 @@
 The server keeps live state in memory and writes every change through one group-commit
 writer, so the write side is a single `apply(ops)`; everything else is a read. Every read
 takes the caller's `owner` and answers as if another owner's data did not exist.
+
+Several instances may share one database: a conversation is written by the instance that
+holds its lease, and `apply` fences each conversation's writes with the lease's epoch.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Self
 
 from chat_agent.store.ops import Op
@@ -22,6 +25,7 @@ from chat_agent.store.records import (
     HistoryItem,
     HistoryPage,
     HistorySize,
+    Lease,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -37,6 +41,19 @@ class ConstraintError(StoreError):
 
     Raised by `apply`; the whole batch was rolled back.
     """
+
+
+class FencedOut(StoreError):
+    """`apply` was fenced with a lease that is no longer held: another instance took the
+    conversation over since. The whole batch was rolled back; `conversation_ids` are the
+    conversations whose lease changed hands."""
+
+    def __init__(self, conversation_ids: Sequence[str]):
+        self.conversation_ids = tuple(sorted(set(conversation_ids)))
+        super().__init__(f"the lease of {', '.join(self.conversation_ids)} changed hands")
+
+
+Fences = Mapping[str, tuple[str, int]]  # conversation id -> (instance, epoch) its writes need
 
 
 class Store(ABC):
@@ -58,8 +75,37 @@ class Store(ABC):
         """Release the connection; safe to call twice."""
 
     @abstractmethod
-    async def apply(self, ops: Sequence[Op]) -> None:
-        """Apply `ops` in order in one transaction: all of them or none (`ConstraintError`)."""
+    async def apply(self, ops: Sequence[Op], fences: Fences | None = None) -> None:
+        """Apply `ops` in order in one transaction: all of them or none (`ConstraintError`).
+
+        `fences` maps conversation ids to the `(instance, epoch)` of the lease the writer
+        holds: in the same transaction, each one's lease row must still be exactly that
+        (expiry is not checked: only a takeover fences out), else nothing is applied and
+        `FencedOut` names those that failed."""
+
+    @abstractmethod
+    async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
+        """Takes or keeps the conversation's lease for `ttl` seconds: when it is free (never
+        claimed, or released), expired, or already `instance`'s. The epoch goes up by one
+        when it changes hands and stays when its holder claims it again. None when another
+        instance holds it unexpired. Atomic: of concurrent claimers, exactly one wins."""
+
+    @abstractmethod
+    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
+        """Extends every unexpired lease `instance` holds to now + `ttl` (one statement);
+        returns them. A lease that expired is not revived: claim it again."""
+
+    @abstractmethod
+    async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
+        """Frees the lease if it is still `(instance, epoch)`; anyone may claim it at once."""
+
+    @abstractmethod
+    async def get_lease(self, conversation_id: str) -> Lease | None:
+        """The lease's holder, expired or not; None when free (never claimed, or released)."""
+
+    @abstractmethod
+    async def expired_leases(self, limit: int = 100) -> list[Lease]:
+        """Held leases whose time ran out (their holder stopped renewing), oldest first."""
 
     @abstractmethod
     async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:

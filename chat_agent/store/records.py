@@ -144,3 +144,14 @@ class FileRecord:
     height: int | None
     blob_key: str
     created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who owns a live conversation, until when. `epoch` is the fencing token: it goes up
+    every time the lease changes hands, so a write fenced with an older epoch is refused."""
+
+    conversation_id: str
+    instance: str
+    epoch: int
+    expires_at: float  # unix seconds, by the database's clock on PostgreSQL

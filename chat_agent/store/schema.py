@@ -202,8 +202,24 @@ _V5 = (
     END""",
 )
 
+# Conversation leases, for several processes sharing the file (see leases.py): who owns a
+# conversation, until when, and the epoch that fences its writes. No reference to the
+# conversation: a lease is claimed before the conversation is created.
+_V6 = (
+    """CREATE TABLE leases (
+        conversation_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        epoch INTEGER NOT NULL CHECK (epoch > 0),
+        expires_at REAL NOT NULL
+    )""",
+    "CREATE INDEX leases_by_instance ON leases (instance, expires_at)",
+    # Partial: the sweep for dead owners reads only held leases, in expiry order.
+    "CREATE INDEX leases_held_by_expiry ON leases (expires_at) WHERE instance <> ''",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# pg_schema.py holds PostgreSQL's, at the same version numbers.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -20,13 +20,14 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chat_agent import edits
-from chat_agent.store.base import ConstraintError, Store, StoreError
+from chat_agent.store import leases, reads
+from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
@@ -39,6 +40,7 @@ from chat_agent.store.records import (
     HistoryItem,
     HistoryPage,
     HistorySize,
+    Lease,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -47,97 +49,33 @@ from chat_agent.store.schema import PRAGMAS, migrate
 from chat_agent.store.writes import plan
 
 MEMORY = ":memory:"
+T = TypeVar("T")
 # The most a batch may write and still commit inline (see above).
 INLINE_ROWS = 16
 INLINE_CHARS = 16_000
 BUSY_TIMEOUT_MS = 5000
-T = TypeVar("T")
 
-_CONVERSATION = (
-    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead FROM conversations"
-)
-# A total order (ids are unique), so a page can start exactly after the last row of the one
-# before; the index on (owner, updated_at DESC) serves it, ties on updated_at sorted by id.
-_NEWEST_FIRST = "updated_at DESC, id DESC"
-_TURN = (
-    "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
-    " ended_at, stop_reason, usage FROM turns"
-)
-_HISTORY = (
-    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
-    " JOIN conversations c ON c.id = h.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND h.history = ? ORDER BY h.pos"
-)
-# Positions never change once given (an upsert keeps its item's), so paging by position is stable.
-_POSITION = (
-    "SELECT h.pos FROM history_items h JOIN conversations c ON c.id = h.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.id = ?"
-)
-_PAGE = (
-    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
-    " JOIN conversations c ON c.id = h.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.pos < ? ORDER BY h.pos DESC LIMIT ?"
-)
-_SIZE = (
-    "SELECT COUNT(*), COALESCE(SUM(h.tokens), 0), COALESCE(SUM(h.chars), 0) FROM history_items h"
-    " JOIN conversations c ON c.id = h.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND h.history = ?"
-)
-_EVENTS = (
-    "SELECT e.conversation_id, e.seq, e.type, e.turn_id, e.frame FROM events e"
-    " JOIN conversations c ON c.id = e.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND e.seq > ? ORDER BY e.seq LIMIT ?"
-)
 # Only numbers are summed: usage may also hold nested objects or flags.
 _USAGE = (
     "SELECT u.key, SUM(u.value) FROM turns t, json_each(t.usage) u"
     " WHERE t.conversation_id = ? AND t.owner = ? AND t.status != 'running'"
     " AND t.usage IS NOT NULL AND u.type IN ('integer', 'real') GROUP BY u.key"
 )
-_CLIENT_ID = (
-    "SELECT 1 FROM client_message_ids m JOIN conversations c ON c.id = m.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND m.client_id = ?"
-)
 
-# A version row, then how its content is kept (see schema.py, migration 5).
-_VERSION_COLUMNS = "v.idx, v.type, v.title, v.language, v.content, v.created_at, v.source, v.base_idx, v.changes"
-# Joined on current_index: only the current version's content is read.
-_ARTIFACT = (
-    f"SELECT a.id, a.conversation_id, a.current_index, a.version_count, {_VERSION_COLUMNS}"
-    " FROM artifacts a JOIN conversations c ON c.id = a.conversation_id"
-    " JOIN artifact_versions v ON v.conversation_id = a.conversation_id"
-    " AND v.idx = a.current_index WHERE c.id = ? AND c.owner = ?"
-)
-_ARTIFACT_VERSION = (
-    f"SELECT {_VERSION_COLUMNS} FROM artifact_versions v"
-    " JOIN conversations c ON c.id = v.conversation_id"
-    " WHERE c.id = ? AND c.owner = ? AND v.idx = ?"
-)
-# A delta's base, the base's base, … down to the snapshot, nearest first: one statement,
-# each step a primary-key lookup, at most MAX_CHAIN + 1 rows (writes.py).
-_CHAIN = (
-    "WITH RECURSIVE chain (depth, base_idx, content, changes) AS ("
-    " SELECT 0, base_idx, content, changes FROM artifact_versions WHERE conversation_id = ?1 AND idx = ?2"
-    " UNION ALL SELECT c.depth + 1, v.base_idx, v.content, v.changes FROM chain c"
-    " JOIN artifact_versions v ON v.conversation_id = ?1 AND v.idx = c.base_idx)"
-    " SELECT base_idx, content, changes FROM chain ORDER BY depth"
-)
-_MEMORIES = "SELECT style_rules, content, updated_at FROM memories WHERE owner = ?"
-_QUICK_ACTION = (
-    "SELECT id, owner, title, prompt, include_reflections, include_prefix,"
-    " include_recent_history, created_at, updated_at FROM quick_actions WHERE owner = ?"
-)
-
-_FILE_COLUMNS = (
-    "f.id, f.owner, f.filename, f.media_type, f.size, f.source, f.width, f.height, f.blob_key,"
-    " f.created_at"
-)
-_FILE = f"SELECT {_FILE_COLUMNS} FROM files f WHERE f.id = ? AND f.owner = ?"
 _CONVERSATION_FILES = (
-    f"SELECT {_FILE_COLUMNS} FROM conversation_files l"
+    f"SELECT {reads.FILE_COLUMNS} FROM conversation_files l"
     " JOIN conversations c ON c.id = l.conversation_id JOIN files f ON f.id = l.file_id"
     " WHERE c.id = ? AND c.owner = ? AND f.owner = c.owner ORDER BY l.added_at, l.rowid"
 )
+
+
+_FENCES = (
+    "SELECT conversation_id, instance, epoch FROM leases"
+    " WHERE conversation_id IN (SELECT value FROM json_each(?))"
+)
+_CLAIM = leases.for_sqlite(leases.CLAIM)
+_RENEW = leases.for_sqlite(leases.RENEW)
+_EXPIRED = leases.for_sqlite(leases.EXPIRED)
 
 
 class SqliteStore(Store):
@@ -215,33 +153,69 @@ class SqliteStore(Store):
                 pool.shutdown(wait=True)
         self._thread = self._write_thread = None
 
-    async def apply(self, ops: Sequence[Op]) -> None:
+    async def apply(self, ops: Sequence[Op], fences: Fences | None = None) -> None:
         steps = plan(ops)
         if not steps:
             return
+        job = lambda db: _apply(db, steps, dict(fences or {}))  # noqa: E731
+        await self._writing(job, inline=_small(steps))
+
+    async def _writing(self, job: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
+        """Runs a write transaction on the write connection: inline when asked and the write
+        lock is free, else on the write thread, waiting for the lock up to the busy timeout."""
         async with self._write_lock:
             db = self._writes
             if db is None:
                 raise StoreError(f"{self!r} is not open")
             if db is self._db:  # in memory: the one connection lives on the read thread
-                await self._run(_apply, db, steps)
-                return
-            if _small(steps):
+                return await self._run(job, db)
+            if inline:
                 try:
-                    _apply(db, steps)
-                    return
+                    return job(db)
                 except _Locked:
                     pass  # another process writes: wait for it on the thread
-            future = asyncio.get_running_loop().run_in_executor(self._write_thread, _apply_waiting, db, steps)
+            future = asyncio.get_running_loop().run_in_executor(self._write_thread, _waiting, job, db)
             try:
-                await asyncio.shield(future)
+                return await asyncio.shield(future)
             except asyncio.CancelledError:
                 # The thread still uses the connection: keep the lock until it is done with it.
                 await asyncio.wait([future])
                 raise
 
+    async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
+        leases.check_instance(instance)
+        rows = await self._write(_CLAIM, (conversation_id, instance, ttl, time.time()))
+        return leases.lease(rows[0]) if rows else None
+
+    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
+        return [leases.lease(row) for row in await self._write(_RENEW, (instance, ttl, time.time()))]
+
+    async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
+        await self._write(leases.RELEASE, (conversation_id, instance, epoch))
+
+    async def get_lease(self, conversation_id: str) -> Lease | None:
+        rows = await self._fetch(leases.GET, (conversation_id,))
+        return leases.lease(rows[0]) if rows else None
+
+    async def expired_leases(self, limit: int = 100) -> list[Lease]:
+        return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit, time.time()))]
+
+    async def _write(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """One statement in a transaction of its own, its RETURNING rows read before COMMIT."""
+        def write(db: sqlite3.Connection) -> list[Any]:
+            _begin(db)
+            try:
+                rows = db.execute(sql, params).fetchall()
+                db.execute("COMMIT")
+            except BaseException:
+                db.rollback()
+                raise
+            return rows
+
+        return await self._writing(write)
+
     async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
-        sql = f"{_CONVERSATION} WHERE id = ? AND owner = ?"
+        sql = f"{reads.CONVERSATION} WHERE id = ? AND owner = ?"
         rows = await self._fetch(sql, (conversation_id, owner))
         return ConversationRecord(*rows[0]) if rows else None
 
@@ -264,14 +238,14 @@ class SqliteStore(Store):
         if after is not None:  # a plain keyset: the row value compares updated_at, then id
             where.append("(updated_at, id) < (?, ?)")
             params += list(after)
-        sql = f"{_CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {_NEWEST_FIRST} LIMIT ?"
+        sql = f"{reads.CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {reads.NEWEST_FIRST} LIMIT ?"
         return [ConversationRecord(*row) for row in await self._fetch(sql, (*params, limit))]
 
     async def load_history(
         self, owner: str, conversation_id: str, history: History
     ) -> list[HistoryItem]:
-        rows = await self._fetch(_HISTORY, (conversation_id, owner, history))
-        return [_item(row) for row in rows]
+        rows = await self._fetch(reads.HISTORY, (conversation_id, owner, history))
+        return [reads.item(row) for row in rows]
 
     async def history_page(
         self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
@@ -280,18 +254,18 @@ class SqliteStore(Store):
             db = self._conn()
             end = 2**62  # after any position
             if before is not None:
-                found = db.execute(_POSITION, (conversation_id, owner, history, before)).fetchone()
+                found = db.execute(reads.POSITION, (conversation_id, owner, history, before)).fetchone()
                 if found is None:
                     return None
                 end = found[0]
             # One more than asked says whether older items exist.
-            rows = db.execute(_PAGE, (conversation_id, owner, history, end, limit + 1)).fetchall()
-            return HistoryPage([_item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            rows = db.execute(reads.PAGE, (conversation_id, owner, history, end, limit + 1)).fetchall()
+            return HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
 
         return await self._run(page)  # one job: both reads see the same state
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
-        rows = await self._fetch(_SIZE, (conversation_id, owner, history))
+        rows = await self._fetch(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*rows[0])
 
     async def events_after(
@@ -299,16 +273,16 @@ class SqliteStore(Store):
     ) -> list[EventRecord]:
         # LIMIT -1 is SQLite's "no limit".
         params = (conversation_id, owner, after_seq, -1 if limit is None else limit)
-        return [EventRecord(*row) for row in await self._fetch(_EVENTS, params)]
+        return [EventRecord(*row) for row in await self._fetch(reads.EVENTS, params)]
 
     async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
         where, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
-        rows = await self._fetch(f"{_TURN} WHERE status = 'running'{where} ORDER BY started_at, id", params)
-        return [_turn(row) for row in rows]
+        rows = await self._fetch(f"{reads.TURN} WHERE status = 'running'{where} ORDER BY started_at, id", params)
+        return [reads.turn(row) for row in rows]
 
     async def get_turn(self, owner: str, turn_id: str) -> TurnRecord | None:
-        rows = await self._fetch(f"{_TURN} WHERE id = ? AND owner = ?", (turn_id, owner))
-        return _turn(rows[0]) if rows else None
+        rows = await self._fetch(f"{reads.TURN} WHERE id = ? AND owner = ?", (turn_id, owner))
+        return reads.turn(rows[0]) if rows else None
 
     async def usage_totals(self, owner: str, conversation_id: str) -> dict[str, int]:
         rows = await self._fetch(_USAGE, (conversation_id, owner))
@@ -317,12 +291,12 @@ class SqliteStore(Store):
     async def has_client_message_id(
         self, owner: str, conversation_id: str, client_id: str
     ) -> bool:
-        return bool(await self._fetch(_CLIENT_ID, (conversation_id, owner, client_id)))
+        return bool(await self._fetch(reads.CLIENT_ID, (conversation_id, owner, client_id)))
 
     async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
         def read() -> ArtifactRecord | None:
             db = self._conn()
-            row = db.execute(_ARTIFACT, (conversation_id, owner)).fetchone()
+            row = db.execute(reads.ARTIFACT, (conversation_id, owner)).fetchone()
             if row is None:
                 return None
             return ArtifactRecord(*row[:4], current=_version(db, conversation_id, row[4:]))
@@ -334,28 +308,27 @@ class SqliteStore(Store):
     ) -> ArtifactVersionRecord | None:
         def read() -> ArtifactVersionRecord | None:
             db = self._conn()
-            row = db.execute(_ARTIFACT_VERSION, (conversation_id, owner, index)).fetchone()
+            row = db.execute(reads.ARTIFACT_VERSION, (conversation_id, owner, index)).fetchone()
             return None if row is None else _version(db, conversation_id, row)
 
         return await self._run(read)
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
-        rows = await self._fetch(_MEMORIES, (owner,))
+        rows = await self._fetch(reads.MEMORIES, (owner,))
         if not rows:
             return None
-        style_rules, content, updated_at = rows[0]
-        return MemoriesRecord(json.loads(style_rules), json.loads(content), updated_at)
+        return reads.memories(rows[0])
 
     async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
-        rows = await self._fetch(f"{_QUICK_ACTION} ORDER BY created_at, id", (owner,))
-        return [_quick_action(row) for row in rows]
+        rows = await self._fetch(f"{reads.QUICK_ACTION} ORDER BY created_at, id", (owner,))
+        return [reads.quick_action(row) for row in rows]
 
     async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
-        rows = await self._fetch(f"{_QUICK_ACTION} AND id = ?", (owner, id))
-        return _quick_action(rows[0]) if rows else None
+        rows = await self._fetch(f"{reads.QUICK_ACTION} AND id = ?", (owner, id))
+        return reads.quick_action(rows[0]) if rows else None
 
     async def get_file(self, owner: str, file_id: str) -> FileRecord | None:
-        rows = await self._fetch(_FILE, (file_id, owner))
+        rows = await self._fetch(reads.FILE, (file_id, owner))
         return FileRecord(*rows[0]) if rows else None
 
     async def conversation_files(self, owner: str, conversation_id: str) -> list[FileRecord]:
@@ -384,41 +357,11 @@ class SqliteStore(Store):
 
 
 def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:
-    """A version row with its content resolved: a delta is applied to its base's content.
-    Versions never change once written, so reading the chain after the row is consistent."""
-    *fields, base_idx, changes = row
-    version = ArtifactVersionRecord(*fields)
-    if base_idx is not None:
-        version.content = edits.apply(_content(db, conversation_id, base_idx), json.loads(changes))
-    return version
-
-
-def _content(db: sqlite3.Connection, conversation_id: str, index: int) -> str:
-    chain = db.execute(_CHAIN, (conversation_id, index)).fetchall()
-    if not chain or chain[-1][0] is not None:
-        raise StoreError(f"artifact version {index} of {conversation_id} has no snapshot behind it")
-    content = chain[-1][1]
-    for _, _, changes in reversed(chain[:-1]):
-        content = edits.apply(content, json.loads(changes))
-    return content
-
-
-def _item(row: Sequence[Any]) -> HistoryItem:
-    id, data, tokens, chars = row
-    return HistoryItem(id, json.loads(data), tokens, chars)
-
-
-def _turn(row: Sequence[Any]) -> TurnRecord:
-    *head, usage = row
-    return TurnRecord(*head, usage=None if usage is None else json.loads(usage))
-
-
-def _quick_action(row: Sequence[Any]) -> QuickActionRecord:
-    id, owner, title, prompt, reflections, prefix, history, created_at, updated_at = row
-    return QuickActionRecord(
-        id, owner, title, prompt, bool(reflections), bool(prefix), bool(history),
-        created_at, updated_at,
-    )
+    """A version row with its content resolved. Versions never change once written, so
+    reading the chain after the row is consistent."""
+    base_idx = row[-2]
+    chain = None if base_idx is None else db.execute(reads.CHAIN, (conversation_id, base_idx)).fetchall()
+    return reads.version(conversation_id, row, chain)
 
 
 class _Locked(Exception):
@@ -431,17 +374,26 @@ def _small(steps: list[tuple[str, list[Any]]]) -> bool:
     return sum(len(value) for _, rows in steps for row in rows for value in row if isinstance(value, str)) <= INLINE_CHARS
 
 
-def _apply(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]]) -> None:
-    """The batch in one transaction. `_Locked` when the connection's busy timeout passed
-    (at once on the write connection) with another one holding the write lock."""
-    # IMMEDIATE: take the write lock up front so COMMIT cannot meet SQLITE_BUSY.
+def _begin(db: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE: `_Locked` when the connection's busy timeout passed (at once on the
+    write connection, inline) with another connection holding the write lock."""
     try:
         db.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
         if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             raise _Locked() from exc
         raise
+
+
+def _apply(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]], fences: dict[str, tuple[str, int]]) -> None:
+    # IMMEDIATE: take the write lock up front so COMMIT cannot meet SQLITE_BUSY; it also
+    # keeps every other process's claim out until this batch is in, so the fence holds.
+    _begin(db)
     try:
+        if fences:
+            held = db.execute(_FENCES, (json.dumps(list(fences)),)).fetchall()
+            if fenced := leases.fenced_out(fences, held):
+                raise FencedOut(fenced)
         for sql, rows in steps:
             db.executemany(sql, rows)
         db.execute("COMMIT")
@@ -452,12 +404,12 @@ def _apply(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]]) -> None:
         raise
 
 
-def _apply_waiting(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]]) -> None:
-    """`_apply` on a thread, waiting up to the busy timeout for the write lock."""
+def _waiting(job: Callable[[sqlite3.Connection], T], db: sqlite3.Connection) -> T:
+    """`job` on the write thread, waiting up to the busy timeout for the write lock."""
     db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     try:
         try:
-            _apply(db, steps)
+            return job(db)
         except _Locked as exc:
             raise exc.__cause__ from None  # the lock was not freed in time: a failed commit, retried
     finally:

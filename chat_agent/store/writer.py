@@ -15,6 +15,12 @@ that conversation only. The ops of a scope that cannot be stored are lost: callb
 on them never run (a submit spanning scopes is told only if all of it was stored), later
 submissions of that scope are refused until `reopen`, and `on_lost` is told, so that whoever
 holds the scope's state in memory brings it back in line with the store.
+
+With several instances, a conversation's writes are fenced by the lease its instance holds
+(`fence`): each submit of that scope from then on carries the lease's `(instance, epoch)`,
+and the store refuses the batch if the lease changed hands. A fenced-out scope is lost at
+once like a broken constraint (another instance owns it now: retrying cannot help), and the
+batch's other scopes are committed without it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from chat_agent.store.base import ConstraintError, Store, StoreError
+from chat_agent.store.base import ConstraintError, FencedOut, Store, StoreError
 from chat_agent.store.ops import AddArtifactVersion, AppendEvents, AppendHistory, Op, ReplaceHistory, op_scope
 
 log = logging.getLogger(__name__)
@@ -72,6 +78,7 @@ class _Submission:
     ops: list[Op]
     scope: str
     outcome: _Outcome
+    fence: tuple[str, int] | None = None  # the scope's lease when it was submitted
     lost: bool = False
 
 
@@ -137,6 +144,7 @@ class StoreWriter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
+        self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
         # Told (synchronously, from the writer's task) which scope lost writes.
         self.on_lost: Callable[[str], None] = lambda scope: None
 
@@ -163,10 +171,19 @@ class StoreWriter:
             if scope in self._lost:
                 outcome.settle(committed=False)  # its state is being brought back in line
             else:
-                self._queue.append(_Submission(scope_ops, scope, outcome))
+                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope)))
         self._submitted += 1
         self._wake.set()
         return self._submitted
+
+    def fence(self, scope: str, instance: str, epoch: int) -> None:
+        """Every later submit of `scope` (a conversation id) is applied only while its lease
+        is still `(instance, epoch)`; else that scope is lost, `FencedOut` its error."""
+        self._fences[scope] = (instance, epoch)
+
+    def unfence(self, scope: str) -> None:
+        """Later submits of `scope` are applied without a lease check."""
+        self._fences.pop(scope, None)
 
     def lost(self, scope: str) -> bool:
         """Whether the scope's writes are refused (since a failure, until `reopen`)."""
@@ -227,13 +244,23 @@ class StoreWriter:
 
     async def _write(self, batch: list[_Submission]) -> None:
         error = await self._try(batch)
+        # The store names every conversation whose lease changed hands: those are lost at
+        # once, and the rest goes in again together.
+        while isinstance(error, FencedOut) and (fenced := set(error.conversation_ids) & {s.scope for s in batch}):
+            for scope in fenced:
+                self._lose(scope, [s for s in batch if s.scope == scope], error)
+            batch = [s for s in batch if s.scope not in fenced]
+            if not batch:
+                return
+            error = await self._try(batch)
         if error is None:
             return
         log.warning("a store commit of %d submissions failed (%s); retrying scope by scope", len(batch), error)
         pending: dict[str, list[_Submission]] = {}
         for submission in batch:
             pending.setdefault(submission.scope, []).append(submission)
-        # A busy or briefly failing disk gets a few more tries; a broken constraint never heals.
+        # A busy or briefly failing disk gets a few more tries; a broken constraint never
+        # heals, nor does a lease another instance took.
         for attempt in range(1, self._attempts + 1):
             failed: dict[str, tuple[list[_Submission], Exception]] = {}
             for scope, submissions in pending.items():
@@ -242,7 +269,7 @@ class StoreWriter:
                     failed[scope] = (submissions, error)
             pending = {}
             for scope, (submissions, error) in failed.items():
-                if isinstance(error, ConstraintError) or attempt == self._attempts:
+                if isinstance(error, (ConstraintError, FencedOut)) or attempt == self._attempts:
                     self._lose(scope, submissions, error)
                 else:
                     pending[scope] = submissions
@@ -252,8 +279,14 @@ class StoreWriter:
 
     async def _try(self, submissions: list[_Submission]) -> Exception | None:
         """Commits the submissions' ops in one transaction; the error if that failed."""
+        fences: dict[str, tuple[str, int]] = {}
+        for submission in submissions:
+            # The oldest fence of a scope: if its lease changed hands since, what the scope
+            # submitted later builds on it and is lost with it.
+            if submission.fence is not None:
+                fences.setdefault(submission.scope, submission.fence)
         try:
-            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]))
+            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -261,8 +294,12 @@ class StoreWriter:
         return None
 
     def _lose(self, scope: str, submissions: list[_Submission], error: Exception) -> None:
-        log.error("could not store %d operations of %s; its writes are refused until it is reloaded",
-                  sum(len(s.ops) for s in submissions), scope, exc_info=error)
+        count = sum(len(s.ops) for s in submissions)
+        if isinstance(error, FencedOut):  # not a fault: another instance owns it now
+            log.warning("%d operations of %s were fenced out: its lease changed hands", count, scope)
+        else:
+            log.error("could not store %d operations of %s; its writes are refused until it is reloaded",
+                      count, scope, exc_info=error)
         for submission in submissions:
             submission.lost = True
         # What was queued behind them builds on them: it is lost as well.

@@ -1,9 +1,14 @@
-"""How each op becomes SQLite statements: pure functions, no I/O.
+"""How each op becomes SQL statements: pure functions, no I/O, for both backends.
 
 Ownership checks and history positions are computed inside the statements themselves
 (`WHERE EXISTS (...)`, `MAX(pos) + 1`), so an op needs no read round trip before its
 write, and a batch becomes a short list of `executemany` calls. Planning happens before
 the transaction starts, so a value that cannot be encoded fails without touching the file.
+
+The statements are written once, in SQL both SQLite and PostgreSQL run, with SQLite's
+placeholders (dialect.py gives PostgreSQL's); the schemas (schema.py, pg_schema.py) give
+both the same tables, constraints and triggers. `plan` groups by the text of these
+statements, so each backend only has to execute them.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ ENSURE_ARTIFACT = (
     "INSERT INTO artifacts (conversation_id, id, current_index, version_count)"
     " SELECT ?1, ?2, 0, 0 WHERE " + _OWNED.format(n=3)
     + " ON CONFLICT (conversation_id) DO UPDATE SET id = excluded.id"
-    " WHERE excluded.id IS NOT artifacts.id"
+    " WHERE excluded.id IS DISTINCT FROM artifacts.id"
 )
 # Snapshot cadence: a version is stored as its delta while the chain behind it (deltas
 # since the last snapshot) stays under MAX_CHAIN deltas and its deltas' JSON under
@@ -115,9 +120,9 @@ INSERT_VERSION = (
     " SELECT ?1, ?2, ?3, ?4, ?5, CASE WHEN d.keep THEN '' ELSE ?6 END, ?7, ?8,"
     " CASE WHEN d.keep THEN ?10 END, CASE WHEN d.keep THEN ?11 END,"
     " CASE WHEN d.keep THEN d.len ELSE 0 END, CASE WHEN d.keep THEN d.size ELSE 0 END"
-    f" FROM (SELECT COALESCE(b.chain_len < {MAX_CHAIN} AND b.chain_size + LENGTH(?11) <= ?12, 0) AS keep,"
-    " b.chain_len + 1 AS len, b.chain_size + LENGTH(?11) AS size"
-    " FROM (SELECT 1) LEFT JOIN artifact_versions b ON b.conversation_id = ?1 AND b.idx = ?10) d"
+    f" FROM (SELECT COALESCE(b.chain_len < {MAX_CHAIN} AND b.chain_size + LENGTH(CAST(?11 AS TEXT)) <= ?12,"
+    " FALSE) AS keep, b.chain_len + 1 AS len, b.chain_size + LENGTH(CAST(?11 AS TEXT)) AS size"
+    " FROM (SELECT 1) AS one LEFT JOIN artifact_versions b ON b.conversation_id = ?1 AND b.idx = ?10) d"
     " WHERE " + _OWNED.format(n=9)
 )
 # A CHECK on artifacts refuses an index outside 1..version_count.

@@ -1,0 +1,272 @@
+"""The PostgreSQL schema as numbered migrations, at the same version numbers as SQLite's
+(schema.py, which explains the tables), and the code that brings a database up to date.
+
+The same tables, keys, checks and triggers as SQLite's, so that the statements of writes.py
+mean the same on both: times are `DOUBLE PRECISION` unix seconds, integers `BIGINT`, JSON
+is kept as the exact text written (events are replayed verbatim). A trigger that refuses a
+row raises `check_violation`, which the store reports as a `ConstraintError` like SQLite's
+`RAISE(ABORT)`. Functions and tables are created in the first schema of the connection's
+`search_path`, so one database can hold several stores side by side (the tests' isolation).
+"""
+
+from __future__ import annotations
+
+from psycopg import AsyncConnection
+
+from chat_agent.store.base import StoreError
+
+_REFUSE = (
+    # A trigger's refusal: its first argument is the message.
+    """CREATE FUNCTION refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION '%', TG_ARGV[0] USING ERRCODE = 'check_violation';
+    END $$"""
+)
+
+_V1 = (
+    """CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        last_seq BIGINT NOT NULL DEFAULT 0
+    )""",
+    "CREATE INDEX conversations_by_owner ON conversations (owner, updated_at DESC, id DESC)",
+    """CREATE TABLE history_items (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        history TEXT NOT NULL CHECK (history IN ('visible', 'model')),
+        pos BIGINT NOT NULL,
+        id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        tokens BIGINT NOT NULL,
+        chars BIGINT NOT NULL,
+        PRIMARY KEY (conversation_id, history, pos),
+        UNIQUE (conversation_id, history, id)
+    )""",
+    """CREATE TABLE events (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        seq BIGINT NOT NULL CHECK (seq > 0),
+        type TEXT NOT NULL,
+        turn_id TEXT,
+        frame TEXT NOT NULL,
+        stored_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (conversation_id, seq)
+    )""",
+    # Once per statement, with every row it inserted: an insert of a whole batch's events
+    # (see postgres.py) updates each conversation once, not once per event.
+    """CREATE FUNCTION events_raise_conversation() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE conversations c
+        SET last_seq = GREATEST(c.last_seq, n.seq), updated_at = GREATEST(c.updated_at, n.stored_at)
+        FROM (SELECT conversation_id, MAX(seq) AS seq, MAX(stored_at) AS stored_at
+              FROM inserted GROUP BY conversation_id) n
+        WHERE c.id = n.conversation_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER events_raise_conversation AFTER INSERT ON events
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION events_raise_conversation()""",
+    """CREATE TABLE turns (
+        id TEXT PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        status TEXT NOT NULL
+            CHECK (status IN ('running', 'complete', 'aborted', 'interrupted', 'error')),
+        started_at DOUBLE PRECISION NOT NULL,
+        first_seq BIGINT NOT NULL,
+        ended_at DOUBLE PRECISION,
+        stop_reason TEXT,
+        usage TEXT
+    )""",
+    "CREATE INDEX turns_by_conversation ON turns (conversation_id)",
+    "CREATE INDEX turns_running ON turns (status) WHERE status = 'running'",
+    """CREATE TABLE client_message_ids (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        client_id TEXT NOT NULL,
+        PRIMARY KEY (conversation_id, client_id)
+    )""",
+)
+
+_V2 = (
+    _REFUSE,
+    """CREATE TABLE artifacts (
+        conversation_id TEXT PRIMARY KEY REFERENCES conversations (id) ON DELETE CASCADE,
+        id TEXT NOT NULL,
+        current_index BIGINT NOT NULL,
+        version_count BIGINT NOT NULL,
+        CHECK (current_index BETWEEN 1 AND version_count
+               OR current_index = 0 AND version_count = 0)
+    )""",
+    """CREATE TABLE artifact_versions (
+        conversation_id TEXT NOT NULL
+            REFERENCES artifacts (conversation_id) ON DELETE CASCADE,
+        idx BIGINT NOT NULL,
+        type TEXT NOT NULL CHECK (type IN ('text', 'code')),
+        title TEXT NOT NULL,
+        language TEXT,
+        content TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('model', 'user')),
+        PRIMARY KEY (conversation_id, idx)
+    )""",
+    """CREATE FUNCTION artifact_versions_in_order() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.idx IS DISTINCT FROM
+            (SELECT version_count + 1 FROM artifacts WHERE conversation_id = NEW.conversation_id) THEN
+            RAISE EXCEPTION 'artifact version index must be version_count + 1'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER artifact_versions_in_order BEFORE INSERT ON artifact_versions
+    FOR EACH ROW EXECUTE FUNCTION artifact_versions_in_order()""",
+    """CREATE FUNCTION artifact_versions_raise_artifact() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE artifacts SET version_count = NEW.idx, current_index = NEW.idx
+        WHERE conversation_id = NEW.conversation_id;
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER artifact_versions_raise_artifact AFTER INSERT ON artifact_versions
+    FOR EACH ROW EXECUTE FUNCTION artifact_versions_raise_artifact()""",
+    """CREATE TRIGGER artifacts_keep_id BEFORE UPDATE OF id ON artifacts
+    FOR EACH ROW WHEN (NEW.id IS DISTINCT FROM OLD.id)
+    EXECUTE FUNCTION refuse_change('a conversation has one artifact: its id cannot change')""",
+    """CREATE TABLE memories (
+        owner TEXT PRIMARY KEY,
+        style_rules TEXT NOT NULL,
+        content TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    )""",
+    """CREATE TABLE quick_actions (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        title TEXT NOT NULL,
+        prompt TEXT NOT NULL,
+        include_reflections BOOLEAN NOT NULL,
+        include_prefix BOOLEAN NOT NULL,
+        include_recent_history BOOLEAN NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX quick_actions_by_owner ON quick_actions (owner, created_at)",
+    """CREATE TRIGGER quick_actions_keep_owner BEFORE UPDATE OF owner ON quick_actions
+    FOR EACH ROW WHEN (NEW.owner IS DISTINCT FROM OLD.owner)
+    EXECUTE FUNCTION refuse_change('quick action id belongs to another owner')""",
+)
+
+# `n` numbers the links in the order they were made (SQLite's rowid does it there).
+_V3 = (
+    """CREATE TABLE files (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        size BIGINT NOT NULL CHECK (size >= 0),
+        source TEXT NOT NULL CHECK (source IN ('upload', 'attachment', 'generated', 'code')),
+        width BIGINT,
+        height BIGINT,
+        blob_key TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        CHECK ((width IS NULL) = (height IS NULL))
+    )""",
+    """CREATE TABLE conversation_files (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        file_id TEXT NOT NULL REFERENCES files (id),
+        added_at DOUBLE PRECISION NOT NULL,
+        n BIGINT GENERATED ALWAYS AS IDENTITY,
+        PRIMARY KEY (conversation_id, file_id)
+    )""",
+)
+
+_V4 = ("ALTER TABLE conversations ADD COLUMN context_overhead BIGINT NOT NULL DEFAULT 0",)
+
+_V5 = (
+    "ALTER TABLE artifact_versions ADD COLUMN base_idx BIGINT",
+    "ALTER TABLE artifact_versions ADD COLUMN changes TEXT",
+    "ALTER TABLE artifact_versions ADD COLUMN chain_len BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE artifact_versions ADD COLUMN chain_size BIGINT NOT NULL DEFAULT 0",
+    """CREATE FUNCTION artifact_versions_delta_base() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF (NEW.base_idx IS NULL) IS DISTINCT FROM (NEW.changes IS NULL)
+            OR NEW.base_idx IS NOT NULL AND (NEW.base_idx >= NEW.idx OR NOT EXISTS (
+                SELECT 1 FROM artifact_versions
+                WHERE conversation_id = NEW.conversation_id AND idx = NEW.base_idx)) THEN
+            RAISE EXCEPTION 'an artifact version delta needs changes and an earlier base version'
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER artifact_versions_delta_base BEFORE INSERT ON artifact_versions
+    FOR EACH ROW EXECUTE FUNCTION artifact_versions_delta_base()""",
+)
+
+# Leases (leases.py), and the fence `apply` checks first in its transaction, so that the
+# check costs no round trip of its own: it raises FENCED with the ids that failed as its
+# detail. Share-locking the rows (in id order, as renewals lock them) makes a claim that
+# would take one over wait until this transaction ends; the check then reads the rows as
+# committed now (a new snapshot per statement).
+FENCED = "CAF01"
+_V6 = (
+    """CREATE TABLE leases (
+        conversation_id TEXT PRIMARY KEY,
+        instance TEXT NOT NULL,
+        epoch BIGINT NOT NULL CHECK (epoch > 0),
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX leases_by_instance ON leases (instance, expires_at)",
+    "CREATE INDEX leases_held_by_expiry ON leases (expires_at) WHERE instance <> ''",
+    f"""CREATE FUNCTION check_fences(ids TEXT[], instances TEXT[], epochs BIGINT[])
+    RETURNS void LANGUAGE plpgsql AS $$
+    DECLARE
+        fenced TEXT[];
+    BEGIN
+        PERFORM 1 FROM leases WHERE conversation_id = ANY (ids) ORDER BY conversation_id FOR SHARE;
+        SELECT array_agg(f.id ORDER BY f.id) INTO fenced
+        FROM unnest(ids, instances, epochs) AS f (id, instance, epoch)
+        WHERE NOT EXISTS (SELECT 1 FROM leases l
+                          WHERE l.conversation_id = f.id AND l.instance = f.instance AND l.epoch = f.epoch);
+        IF fenced IS NOT NULL THEN
+            RAISE EXCEPTION 'the lease changed hands' USING ERRCODE = '{FENCED}', DETAIL = array_to_json(fenced)::text;
+        END IF;
+    END $$""",
+)
+CHECK_FENCES = "SELECT check_fences($1, $2, $3)"
+
+# MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
+# every version here is the same schema as schema.py's of that number.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (
+    version INTEGER PRIMARY KEY,
+    applied_at BIGINT NOT NULL
+)"""
+# Held until the migrating transaction ends; keyed by the schema, so stores in other
+# schemas of the database do not wait on each other.
+_LOCK = "SELECT pg_advisory_xact_lock(hashtext('chat-agent schema'), hashtext(COALESCE(current_schema(), '')))"
+
+
+async def migrate(conn: AsyncConnection, upto: int = SCHEMA_VERSION) -> int:
+    """Applies the missing migrations up to version `upto`, in one transaction, under an
+    advisory lock: of several instances starting together one migrates, the others wait and
+    then find nothing to do. Returns the version the database was at before."""
+    async with conn.transaction():
+        await conn.execute(_LOCK)
+        await conn.execute(_VERSION_TABLE)
+        cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+        row = await cursor.fetchone()
+        current = int(row[0]) if row else 0
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"database schema version {current} is newer than this build "
+                f"supports ({SCHEMA_VERSION}); upgrade chat-agent"
+            )
+        for version in range(current + 1, upto + 1):
+            for statement in MIGRATIONS[version - 1]:
+                await conn.execute(statement)
+            await conn.execute(  # no parameters: any cursor class runs it
+                "INSERT INTO schema_version (version, applied_at)"
+                f" VALUES ({int(version)}, CAST(EXTRACT(EPOCH FROM now()) AS BIGINT))"
+            )
+    return current

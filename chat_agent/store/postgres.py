@@ -1,0 +1,314 @@
+"""`PostgresStore`: the backend for several instances, on psycopg 3 with a connection pool.
+
+The statements are SQLite's own (writes.py, reads.py, leases.py), placeholders aside
+(dialect.py), sent through psycopg's raw cursor; only the insert of events, most of every
+batch, has a set-based form of its own here. A batch is one pipeline: BEGIN, the fence
+check, every step's `executemany`, COMMIT go out together and cost one round trip, however
+many conversations the group-commit writer gathered. Connections run in autocommit, so a
+read is one round trip too; the few reads made of two statements run in one snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection, AsyncRawCursor
+from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
+from psycopg_pool import AsyncConnectionPool
+
+from chat_agent.store import leases, reads, writes
+from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError
+from chat_agent.store.dialect import to_postgres
+from chat_agent.store.ops import Op
+from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
+from chat_agent.store.records import (
+    ArtifactRecord,
+    ArtifactVersionRecord,
+    ConversationRecord,
+    EventRecord,
+    FileRecord,
+    History,
+    HistoryItem,
+    HistoryPage,
+    HistorySize,
+    Lease,
+    MemoriesRecord,
+    QuickActionRecord,
+    TurnRecord,
+)
+
+_Connection = AsyncConnection[Any]
+
+# Only numbers are summed: usage may also hold nested objects or flags.
+_USAGE = (
+    "SELECT u.key, SUM(CAST(u.value AS NUMERIC)) FROM turns t, jsonb_each(CAST(t.usage AS JSONB)) u"
+    " WHERE t.conversation_id = $1 AND t.owner = $2 AND t.status <> 'running'"
+    " AND t.usage IS NOT NULL AND jsonb_typeof(u.value) = 'number' GROUP BY u.key"
+)
+_CONVERSATION_FILES = (
+    f"SELECT {reads.FILE_COLUMNS} FROM conversation_files l"
+    " JOIN conversations c ON c.id = l.conversation_id JOIN files f ON f.id = l.file_id"
+    " WHERE c.id = $1 AND c.owner = $2 AND f.owner = c.owner ORDER BY l.added_at, l.n"
+)
+_CLAIM = leases.for_postgres(leases.CLAIM)
+_RENEW = leases.for_postgres(leases.RENEW)
+_EXPIRED = leases.for_postgres(leases.EXPIRED)
+_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
+
+# The hot statement, set-based: a batch's events (most of what the group-commit writer
+# sends) go in as one statement over arrays, one column each, instead of a row at a time.
+# The same rows, checks and result as writes.INSERT_EVENT's executemany: no event row
+# depends on another's.
+_BULK = {
+    writes.INSERT_EVENT: (
+        "INSERT INTO events (conversation_id, seq, type, turn_id, frame, stored_at)"
+        " SELECT r.cid, r.seq, r.type, r.turn_id, r.frame, r.at FROM unnest(CAST($1 AS TEXT[]),"
+        " CAST($2 AS BIGINT[]), CAST($3 AS TEXT[]), CAST($4 AS TEXT[]), CAST($5 AS TEXT[]),"
+        " CAST($6 AS DOUBLE PRECISION[]), CAST($7 AS TEXT[])) AS r (cid, seq, type, turn_id, frame, at, owner)"
+        " WHERE EXISTS (SELECT 1 FROM conversations WHERE id = r.cid AND owner = r.owner)"
+    ),
+}
+
+
+def redact(url: str) -> str:
+    """The URL without its password (in the user part or a `password=` parameter), for
+    messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url[:40]
+    rest = re.sub(r"(?i)([?&]password=)[^&]*", r"\1…", rest)
+    credentials, at, host = rest.partition("/")[0].rpartition("@")
+    if at and ":" in credentials:
+        rest = credentials.partition(":")[0] + ":…@" + rest[len(credentials) + 1 :]
+    return f"{scheme}://{rest}"
+
+
+async def _configure(conn: _Connection) -> None:
+    # Every Python int goes out as bigint, whatever its size: one parameter type per
+    # statement, so executemany's rows share one prepared statement, and no int4 overflow
+    # where a column is bigint.
+    conn.adapters.register_dumper(int, Int8Dumper)
+    conn.adapters.register_dumper(int, Int8BinaryDumper)
+
+
+class PostgresStore(Store):
+    """A store in a PostgreSQL database (`postgresql://…`, libpq's URL), in the first schema
+    of its `search_path` (`?options=-csearch_path%3Dname` picks another than `public`)."""
+
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10) -> None:
+        self.url = url
+        self._min_size, self._max_size = min_size, max_size
+        self._pool: AsyncConnectionPool[_Connection] | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact(self.url)!r})"
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        try:
+            conn = await AsyncConnection.connect(self.url, autocommit=True)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot connect to {redact(self.url)}: {exc}") from exc
+        async with conn:  # migrated before the pool opens: its connections see the schema
+            await migrate(conn)
+        pool: AsyncConnectionPool[_Connection] = AsyncConnectionPool(
+            self.url, min_size=self._min_size, max_size=self._max_size, open=False,
+            kwargs={"autocommit": True, "cursor_factory": AsyncRawCursor}, configure=_configure,
+            name="chat-agent-store",
+        )
+        await pool.open(wait=True, timeout=30)
+        self._pool = pool
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[_Connection]:
+        if self._pool is None:
+            raise StoreError(f"{self!r} is not open")
+        async with self._pool.connection() as conn:
+            yield conn
+
+    async def apply(self, ops: Sequence[Op], fences: Fences | None = None) -> None:
+        steps = writes.plan(ops)
+        if not steps:
+            return
+        async with self._connection() as conn:
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    cursor = conn.cursor()
+                    if fences:
+                        ids = list(fences)
+                        await cursor.execute(CHECK_FENCES, (
+                            ids, [fences[c][0] for c in ids], [int(fences[c][1]) for c in ids]))
+                    for sql, rows in steps:
+                        if sql in _BULK and len(rows) > 1:
+                            await cursor.execute(_BULK[sql], [list(column) for column in zip(*rows)])
+                        else:
+                            await cursor.executemany(to_postgres(sql), rows)
+            except psycopg.errors.IntegrityError as exc:
+                raise ConstraintError(str(exc)) from exc
+            except psycopg.Error as exc:
+                if exc.sqlstate == FENCED:
+                    raise FencedOut(json.loads(exc.diag.message_detail or "[]")) from exc
+                raise
+
+    async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
+        leases.check_instance(instance)
+        rows = await self._fetch(_CLAIM, (conversation_id, instance, float(ttl)))
+        return leases.lease(rows[0]) if rows else None
+
+    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
+        return [leases.lease(row) for row in await self._fetch(_RENEW, (instance, float(ttl)))]
+
+    async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
+        await self._fetch(to_postgres(leases.RELEASE), (conversation_id, instance, epoch))
+
+    async def get_lease(self, conversation_id: str) -> Lease | None:
+        rows = await self._fetch(to_postgres(leases.GET), (conversation_id,))
+        return leases.lease(rows[0]) if rows else None
+
+    async def expired_leases(self, limit: int = 100) -> list[Lease]:
+        return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit,))]
+
+    async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
+        rows = await self._read(f"{reads.CONVERSATION} WHERE id = ? AND owner = ?", (conversation_id, owner))
+        return ConversationRecord(*rows[0]) if rows else None
+
+    async def list_conversations(
+        self,
+        owner: str,
+        limit: int = 50,
+        *,
+        after: tuple[float, str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> list[ConversationRecord]:
+        where, params = ["owner = ?"], [owner]
+        if since is not None:
+            where.append("updated_at > ?")
+            params.append(since)
+        if until is not None:
+            where.append("updated_at <= ?")
+            params.append(until)
+        if after is not None:  # a plain keyset: the row value compares updated_at, then id
+            where.append("(updated_at, id) < (?, ?)")
+            params += list(after)
+        sql = f"{reads.CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {reads.NEWEST_FIRST} LIMIT ?"
+        return [ConversationRecord(*row) for row in await self._read(sql, (*params, limit))]
+
+    async def load_history(self, owner: str, conversation_id: str, history: History) -> list[HistoryItem]:
+        return [reads.item(row) for row in await self._read(reads.HISTORY, (conversation_id, owner, history))]
+
+    async def history_page(
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+    ) -> HistoryPage | None:
+        async with self._snapshot() as conn:
+            end = 2**62  # after any position
+            if before is not None:
+                found = await _rows(conn, reads.POSITION, (conversation_id, owner, history, before))
+                if not found:
+                    return None
+                end = found[0][0]
+            # One more than asked says whether older items exist.
+            rows = await _rows(conn, reads.PAGE, (conversation_id, owner, history, end, limit + 1))
+        return HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+
+    async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        rows = await self._read(reads.SIZE, (conversation_id, owner, history))
+        return HistorySize(*(int(n) for n in rows[0]))
+
+    async def events_after(
+        self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
+    ) -> list[EventRecord]:
+        params = (conversation_id, owner, after_seq, limit)  # LIMIT NULL: no limit
+        return [EventRecord(*row) for row in await self._read(reads.EVENTS, params)]
+
+    async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
+        where, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
+        rows = await self._read(f"{reads.TURN} WHERE status = 'running'{where} ORDER BY started_at, id", params)
+        return [reads.turn(row) for row in rows]
+
+    async def get_turn(self, owner: str, turn_id: str) -> TurnRecord | None:
+        rows = await self._read(f"{reads.TURN} WHERE id = ? AND owner = ?", (turn_id, owner))
+        return reads.turn(rows[0]) if rows else None
+
+    async def usage_totals(self, owner: str, conversation_id: str) -> dict[str, int]:
+        rows = await self._fetch(_USAGE, (conversation_id, owner))
+        return {key: int(total) for key, total in rows}
+
+    async def has_client_message_id(self, owner: str, conversation_id: str, client_id: str) -> bool:
+        return bool(await self._read(reads.CLIENT_ID, (conversation_id, owner, client_id)))
+
+    async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
+        async with self._snapshot() as conn:
+            found = await _rows(conn, reads.ARTIFACT, (conversation_id, owner))
+            if not found:
+                return None
+            row = found[0]
+            current = await _version(conn, conversation_id, row[4:])
+        return ArtifactRecord(*row[:4], current=current)
+
+    async def get_artifact_version(
+        self, owner: str, conversation_id: str, index: int
+    ) -> ArtifactVersionRecord | None:
+        async with self._snapshot() as conn:
+            found = await _rows(conn, reads.ARTIFACT_VERSION, (conversation_id, owner, index))
+            return await _version(conn, conversation_id, found[0]) if found else None
+
+    async def get_memories(self, owner: str) -> MemoriesRecord | None:
+        rows = await self._read(reads.MEMORIES, (owner,))
+        return reads.memories(rows[0]) if rows else None
+
+    async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
+        rows = await self._read(f"{reads.QUICK_ACTION} ORDER BY created_at, id", (owner,))
+        return [reads.quick_action(row) for row in rows]
+
+    async def get_quick_action(self, owner: str, id: str) -> QuickActionRecord | None:
+        rows = await self._read(f"{reads.QUICK_ACTION} AND id = ?", (owner, id))
+        return reads.quick_action(rows[0]) if rows else None
+
+    async def get_file(self, owner: str, file_id: str) -> FileRecord | None:
+        rows = await self._read(reads.FILE, (file_id, owner))
+        return FileRecord(*rows[0]) if rows else None
+
+    async def conversation_files(self, owner: str, conversation_id: str) -> list[FileRecord]:
+        return [FileRecord(*row) for row in await self._fetch(_CONVERSATION_FILES, (conversation_id, owner))]
+
+    async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """A shared statement (SQLite's placeholders)."""
+        return await self._fetch(to_postgres(sql), params)
+
+    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        async with self._connection() as conn:
+            cursor = await conn.execute(sql, params)
+            return await cursor.fetchall() if cursor.description else []
+
+    @asynccontextmanager
+    async def _snapshot(self) -> AsyncIterator[_Connection]:
+        """A connection whose statements all see one snapshot of the database."""
+        async with self._connection() as conn:
+            await conn.execute(_SNAPSHOT)
+            try:
+                yield conn
+            finally:
+                await conn.execute("COMMIT")
+
+
+async def _rows(conn: _Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    cursor = await conn.execute(to_postgres(sql), params)
+    return await cursor.fetchall()
+
+
+async def _version(conn: _Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:
+    base_idx = row[-2]
+    chain = None if base_idx is None else await _rows(conn, reads.CHAIN, (conversation_id, base_idx))
+    return reads.version(conversation_id, row, chain)
