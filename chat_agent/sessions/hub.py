@@ -53,7 +53,9 @@ Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
 # Codes that answer a malformed frame: only the socket that sent it is told. Any other
 # rejection is news for everyone on the conversation, published in its event log.
 LOCAL_CODES = frozenset({"invalid_frame", "unknown_type", "empty_message", "too_large"})
-CLAIM_ATTEMPTS = 3  # a lease released or expired between looking and forwarding: look again
+# A lease released or expired between looking and forwarding: look again, a little later.
+CLAIM_ATTEMPTS = 20
+CLAIM_RETRY = 0.05
 UNREACHABLE = "The server instance running this conversation does not answer; try again in a few seconds."
 # A frame on the bus that says the conversation was deleted (seq 0: it is no frame of the log).
 DELETED = "deleted"
@@ -144,13 +146,22 @@ class Hub:
     def release(self, live: LiveConversation) -> None:
         if not live.listeners and not live.running and self._live.get(live.id) is live:
             del self._live[live.id]
-            self._spawn(self.ownership.release(live.id), f"release:{live.id}")
+            self._let_go(live.id)
 
     def _idle(self, live: LiveConversation) -> None:
         """The turn is over and its history let go: the lease goes too, so that the next
         command, wherever it arrives, takes the conversation without a hop to this instance."""
-        if not live.running and self.ownership.holds(live.id):
-            self._spawn(self.ownership.release(live.id), f"release:{live.id}")
+        if not live.running:
+            self._let_go(live.id)
+
+    def _let_go(self, conversation_id: str) -> None:
+        """Gives the lease back, unless the conversation is busy again by then."""
+        def idle() -> bool:
+            live = self._live.get(conversation_id)
+            return live is None or not live.running
+
+        if self.ownership.holds(conversation_id):
+            self._spawn(self.ownership.release(conversation_id, idle), f"release:{conversation_id}")
 
     def _spawn(self, job, name: str) -> None:
         task = asyncio.get_running_loop().create_task(job, name=name)
@@ -236,7 +247,7 @@ class Hub:
             try:
                 await self._refresh(live)
             except BaseException:
-                await self.ownership.release(live.id, flush=False)
+                await self.ownership.release(live.id)
                 raise
         return claim is not Claim.TAKEN, holder
 
@@ -253,18 +264,19 @@ class Hub:
         store as of its last committed frame. None if it was deleted meanwhile."""
         if not self.bus.shared or self.ownership.holds(live.id):
             return await live.snapshot(self.tools())
+        await self.writer.flush()  # what this instance wrote (a conversation it just created, say)
         return await session_from_store(self.store, live.owner, live.id, self.tools(), self.settings.max_context_tokens)
 
     def _lease_lost(self, conversation_id: str) -> None:
         live = self._live.get(conversation_id)
-        if live is not None:
+        if live is not None and live.writes_lost():
             self._spawn(self._follow_instead(live), f"lease-lost:{conversation_id}")
 
     async def _follow_instead(self, live: LiveConversation) -> None:
-        """Another instance owns the conversation now: what ran here stops (its writes are
-        refused), and its sockets follow the new owner from what the store holds."""
+        """Another instance owns the conversation now (`writes_lost` was called): what ran
+        here stops (its writes are refused), and its sockets follow the new owner from what
+        the store holds."""
         try:
-            live.writes_lost()
             await live.stop()
             await self.writer.flush()
             loaded = await self._load(live.owner, live.id)
@@ -289,10 +301,13 @@ class Hub:
         if not turns:
             return  # nothing was running: the lease is free for whoever needs it next
         turn = turns[0]
-        live = await self.open(turn.owner, turn.conversation_id, cut=OWNER_LOST)
-        if live is not None:
+        live = self.live(turn.owner, turn.conversation_id) or await self.open(turn.owner, turn.conversation_id,
+                                                                               cut=OWNER_LOST)
+        if live is None:
+            return
+        if await self._close_cut_turns(live, OWNER_LOST) or not live.running:
             log.warning("took over %s from instance %s, whose lease expired", live.id, lease.instance)
-            self.release(live)
+        self.release(live)
 
     def _followed(self, conversation_id: str, frames: list[Frame]) -> None:
         """Frames another instance committed (the bus): for the sockets here."""
@@ -312,55 +327,92 @@ class Hub:
 
     # ---- commands, wherever the conversation runs ----------------------------------------------
 
-    async def command(self, live: LiveConversation, frame: AnyClientFrame) -> None:
+    async def command(self, live: LiveConversation, frame: AnyClientFrame) -> asyncio.Task[None] | None:
         """Runs a client's command on the instance that owns the conversation: this one (taking
         it if nobody holds it) or the holder, which the command is forwarded to. Raises
         FrameRejected for the socket that sent it; rejections everyone should see are
-        published in the conversation by the owner."""
+        published in the conversation by the owner.
+
+        A `message` returns as soon as the conversation is busy with it (so that an `abort`
+        read next finds it): with the task that prepares the turn, or that waits for the
+        owner's answer, which a FrameRejected may still end."""
         for _ in range(CLAIM_ATTEMPTS):
             owned, holder = await self._claim(live)
             if owned:
-                await self._execute(live, frame)
-                return
-            if holder is None or not self.bus.shared:
-                if holder is None:
-                    continue  # released meanwhile: take it
-                raise FrameRejected("busy", "Another server instance runs this conversation and none of them can "
-                                            "reach it (no bus is configured); try again when its turn is over.")
+                return await self._execute(live, frame)
+            if holder is None:
+                await asyncio.sleep(CLAIM_RETRY)
+                continue  # released meanwhile: take it
+            if not self.bus.shared:
+                raise FrameRejected("busy", "Another server instance runs this conversation, and it cannot be "
+                                            "reached from here (no bus is configured); try again later.")
+            forward = self._forward(live, holder, frame)
+            if isinstance(frame, MessageIn):
+                return asyncio.get_running_loop().create_task(forward, name=f"forward:{live.id}")
+            await forward
+            return None
+        raise FrameRejected("internal", UNREACHABLE)
+
+    async def _forward(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
+        message = {"c": live.id, "u": live.owner, "frame": frame.model_dump(mode="json", by_alias=True,
+                                                                          exclude_unset=True)}
+        for _ in range(CLAIM_ATTEMPTS):
             try:
-                answer = await self.ownership.forward(holder, {
-                    "c": live.id, "u": live.owner, "frame": frame.model_dump(mode="json", by_alias=True,
-                                                                           exclude_unset=True)})
+                answer = await self.ownership.forward(holder, message)
             except OwnerUnreachable:
                 raise FrameRejected("internal", UNREACHABLE) from None
             if answer.status == "ok":
                 return
             if answer.status == "rejected":
                 raise FrameRejected(answer.code, answer.message)  # type: ignore[arg-type]
-            # "not_owner": it let the conversation go meanwhile; look again
+            # "not_owner": it let the conversation go meanwhile; take it, or find its new owner
+            await asyncio.sleep(CLAIM_RETRY)
+            owned, new_holder = await self._claim(live)
+            if owned:
+                task = await self._execute(live, frame)
+                if task is not None:
+                    await self._outcome(task)
+                return
+            holder = new_holder or holder
         raise FrameRejected("internal", UNREACHABLE)
 
     async def _forwarded(self, message: dict) -> Answer:
-        """A command another instance forwarded here, as the owner."""
-        live = self._live.get(message.get("c", ""))
-        if live is None or live.owner != message.get("u") or not self.ownership.holds(live.id):
+        """A command another instance forwarded here, as the owner; answered once done (a
+        message: once its turn started)."""
+        conversation_id, owner = message.get("c", ""), message.get("u", "")
+        if not self.ownership.holds(conversation_id):
             return Answer("not_owner")
+        live = self.live(owner, conversation_id) or await self.open(owner, conversation_id)
+        if live is None:
+            return Answer("rejected", "not_found", "No such conversation.")
         try:
-            await self._execute(live, client_frames.validate_python(message["frame"]))
+            task = await self._execute(live, client_frames.validate_python(message["frame"]))
+            if task is not None:
+                await self._outcome(task)
         except FrameRejected as exc:
-            return Answer("rejected", exc.code, exc.message)
+            if exc.code in LOCAL_CODES:
+                return Answer("rejected", exc.code, exc.message)
+            # published in the conversation already: its sender sees it there
+        finally:
+            self.release(live)
         return Answer("ok")
 
-    async def _execute(self, live: LiveConversation, frame: AnyClientFrame) -> None:
-        """A command, here where the conversation is owned."""
+    @staticmethod
+    async def _outcome(task: asyncio.Task[None]) -> None:
+        """Waits for a message's preparation; raises what refused it (nothing if aborted)."""
+        await asyncio.wait([task])
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+
+    async def _execute(self, live: LiveConversation, frame: AnyClientFrame) -> asyncio.Task[None] | None:
+        """A command, here where the conversation is owned; a message's preparation task."""
         try:
             match frame:
                 case MessageIn():
                     task = self.start_turn(live, frame)
                     if task is not None:
-                        await asyncio.wait([task])  # until the turn started (or was refused)
-                        if not task.cancelled() and task.exception() is not None:
-                            raise task.exception()  # type: ignore[misc]
+                        task.add_done_callback(lambda done: self._publish_refusal(live, done))
+                    return task
                 case AbortIn():
                     await live.abort()
                 case ClearContextIn():
@@ -375,6 +427,17 @@ class Hub:
             if exc.code in LOCAL_CODES:
                 raise
             live.publish(ErrorFrame(code=exc.code, message=exc.message))
+        return None
+
+    @staticmethod
+    def _publish_refusal(live: LiveConversation, task: asyncio.Task[None]) -> None:
+        """A message refused while its turn was prepared: everyone is told, unless only the
+        sender is concerned (a malformed frame)."""
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, FrameRejected) and exc.code not in LOCAL_CODES:
+            live.publish(ErrorFrame(code=exc.code, message=exc.message))
 
     # ---- writes the store lost ---------------------------------------------------------------
 
@@ -387,9 +450,23 @@ class Hub:
                 self.memories.forget(scope.removeprefix(MEMORIES_SCOPE))
             self.writer.reopen(scope)  # nothing else in memory builds on it
         elif live.writes_lost():
-            task = asyncio.get_running_loop().create_task(self._bring_back(live), name=f"bring-back:{scope}")
-            self._recoveries.add(task)
-            task.add_done_callback(self._recoveries.discard)
+            self._spawn(self._writes_failed(live), f"bring-back:{scope}")
+
+    async def _writes_failed(self, live: LiveConversation) -> None:
+        """Lost writes: refused because another instance took the conversation (follow it
+        now), or the store failed (bring it back in line)."""
+        epoch = self.ownership.epoch(live.id)
+        try:
+            lease = await self.store.get_lease(live.id)
+        except Exception:  # the store fails: bring it back, which tells the clients or evicts them
+            await self._bring_back(live)
+            return
+        if epoch is not None and lease is not None and (lease.instance, lease.epoch) == (self.ownership.instance, epoch):
+            await self._bring_back(live)
+            return
+        # Written without the lease (given back, or taken by another instance): follow its owner.
+        self.ownership.forget(live.id)
+        await self._follow_instead(live)
 
     async def _bring_back(self, live: LiveConversation) -> None:
         """Stops what ran, reloads the conversation from the store and tells its clients what

@@ -25,6 +25,8 @@ class Conversations(Protocol):
 
     async def open(self, owner: str, conversation_id: str) -> LiveConversation | None: ...
 
+    async def own(self, live: LiveConversation) -> bool: ...
+
     def release(self, live: LiveConversation) -> None: ...
 
 
@@ -60,13 +62,18 @@ class ConversationJobs:
         live = await self._conversations.open(owner, conversation_id)
         if live is None or live.title is not None:
             return
+        if not await self._conversations.own(live):
+            # Another instance runs it now: its next turn ends there and names it there.
+            self._conversations.release(live)
+            return
         messages = await live.recent(SESSION_MESSAGES)
         user = next((m.content for m in messages if m.role == "user"), "")
         reply = next((m.content for m in messages if m.role == "assistant"), "")
         try:
             title = await make_title(self._model, model_name=self._settings.small_model,
                                      user_text=user, reply_text=reply)
-            if title and live.title is None:
+            # Still its owner after the model call (the lease may have gone meanwhile)?
+            if title and live.title is None and await self._conversations.own(live) and live.title is None:
                 live.set_title(title)
         finally:
             self._conversations.release(live)

@@ -83,14 +83,17 @@ class Ownership:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._writer.flush()
         for conversation_id in list(self._held):
-            await self.release(conversation_id, flush=False)
+            await self.release(conversation_id)
 
     # ---- leases ---------------------------------------------------------------------------
 
     def holds(self, conversation_id: str) -> bool:
         return conversation_id in self._held
+
+    def epoch(self, conversation_id: str) -> int | None:
+        """The epoch of the lease held, None when not held."""
+        return self._held.get(conversation_id)
 
     async def claim(self, conversation_id: str) -> tuple[Claim, str | None]:
         """Takes the conversation's lease unless another instance holds it; with TAKEN, the
@@ -110,21 +113,30 @@ class Ownership:
         self._claiming.pop(conversation_id, None)
         return Claim.GAINED, self.instance
 
-    async def release(self, conversation_id: str, *, flush: bool = True) -> None:
-        """Gives the lease back once everything written under it is stored."""
-        epoch = self._held.get(conversation_id)
-        if epoch is None:
+    async def release(self, conversation_id: str, idle: Callable[[], bool] = lambda: True) -> None:
+        """Gives the lease back once everything written under it is stored, if `idle()` still
+        says nothing uses the conversation then. Writes submitted after it are refused (the
+        fence stays, with an epoch no longer held)."""
+        if conversation_id not in self._held:
             return
-        if flush:
-            await self._writer.flush()
-        if self._held.get(conversation_id) != epoch:
-            return  # lost or taken again meanwhile
-        del self._held[conversation_id]
-        self._writer.unfence(conversation_id)
-        try:
-            await self._store.release_lease(conversation_id, self.instance, epoch)
-        except Exception as exc:  # it expires by itself; another instance waits a little longer
-            log.warning("could not release the lease of %s: %s", conversation_id, exc)
+        lock = self._claiming.setdefault(conversation_id, asyncio.Lock())
+        async with lock:
+            epoch = self._held.get(conversation_id)
+            if epoch is None:
+                return
+            while True:  # until nothing more was submitted while waiting
+                ticket = self._writer.ticket
+                await self._writer.wait_for(ticket)
+                if self._writer.ticket == ticket:
+                    break
+            if self._held.get(conversation_id) != epoch or not idle():
+                return
+            del self._held[conversation_id]  # from here on a claim waits for the lock, and reloads
+            try:
+                await self._store.release_lease(conversation_id, self.instance, epoch)
+            except Exception as exc:  # it expires by itself; another instance waits a little longer
+                log.warning("could not release the lease of %s: %s", conversation_id, exc)
+        self._claiming.pop(conversation_id, None)
 
     def forget(self, conversation_id: str) -> None:
         """The lease is gone (lost to another instance): writes under it stay refused."""

@@ -4,6 +4,7 @@ set up at import, and tests or embedders can hand in their own store, model clie
 from __future__ import annotations
 
 import logging
+import uuid
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -15,6 +16,7 @@ from chat_agent.config import Settings
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
 from chat_agent.model import AnthropicClient, ModelClient
+from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
@@ -44,15 +46,21 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         writer.start()
         the_model = model or AnthropicClient(settings)
         agent = Agent(the_model, tools, settings)
-        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer))
+        bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
+        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus)
+        await bus.start(hub.bus_handlers())
+        hub.ownership.start()
         await recover(hub)
         app.state.hub = hub
         app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
-        log.info("chat-agent ready: model %s, tools %s", settings.model, ", ".join(tools.enabled()) or "none")
+        log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
+                 ", ".join(tools.enabled()) or "none")
         try:
             yield
         finally:
             await hub.shutdown()
+            await hub.ownership.close()
+            await bus.close()
             await hub.files.close()
             await writer.close()
             await the_store.close()

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chat_agent.web.auth import authenticate
-from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub
+from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, LOCAL_CODES, Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
@@ -25,7 +25,6 @@ from chat_agent.web.backlog import Backlogs
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED, CLOSE_TRY_AGAIN = 4401, 1013
-LOCAL_CODES = {"invalid_frame", "unknown_type", "empty_message", "too_large"}  # answers to malformed frames
 # How a socket that went away shows itself; anything else ending a loop is a failure of ours.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
@@ -73,7 +72,12 @@ class Connection:
     async def serve(self, live: LiveConversation) -> None:
         self.live = live
         generation = live.generation
-        session = await live.snapshot(self.hub.tools())  # all of it committed
+        session = await self.hub.snapshot(live)  # all of it committed
+        if session is None:  # deleted meanwhile
+            frame = ErrorFrame(conversation_id=live.id, code="not_found", message="No such conversation.")
+            await self.ws.send_text(frame.to_json())
+            await self.ws.close(CLOSE_NOT_FOUND)
+            return
         self._last_seq = session.seq or 0
         text = session.to_json()
         del session  # an idle connection should not keep its snapshot alive
@@ -167,10 +171,10 @@ class Connection:
             self._local_error("internal", "The server failed to handle that frame.")
 
     def _reject(self, exc: FrameRejected) -> None:
-        if exc.code in LOCAL_CODES:
-            self._local_error(exc.code, exc.message)
-        else:
-            self.live.publish(ErrorFrame(code=exc.code, message=exc.message))
+        """Tells this socket why its frame was refused. (What everyone on the conversation
+        should see, the owner published in it; a command forwarded to an owner that did
+        not answer is told to this socket only.)"""
+        self._local_error(exc.code, exc.message)
 
     def _started(self, task: asyncio.Task[None]) -> None:
         """The outcome of a message's preparation (its attachments checked, its turn started)."""
@@ -178,7 +182,8 @@ class Connection:
             return  # aborted: the hub has published `done`
         exc = task.exception()
         if isinstance(exc, FrameRejected):
-            self._reject(exc)
+            if exc.code in LOCAL_CODES or task.get_name().startswith("forward:"):
+                self._reject(exc)  # else the owner published it
         elif exc is not None:
             log.error("failed to start a turn", exc_info=exc)
             self._local_error("internal", "The server failed to start that turn.")
@@ -187,19 +192,13 @@ class Connection:
         live, hub = self.live, self.hub
         match frame:
             case MessageIn():
-                # Not awaited: checking attachments may take seconds, and an `abort` sent
-                # meanwhile must be read (the conversation is busy until the turn starts).
-                task = hub.start_turn(live, frame)
+                # Returns once the conversation is busy with it; checking attachments may take
+                # seconds, and an `abort` sent meanwhile must be read.
+                task = await hub.command(live, frame)
                 if task is not None:
                     task.add_done_callback(self._started)
-            case AbortIn():
-                await live.abort()
-            case ClearContextIn():
-                await hub.clear(live)
-            case SelectArtifactVersionIn(index=index):
-                await hub.select_version(live, index)
-            case EditArtifactIn(content=content, title=title):
-                hub.edit_artifact(live, content, title)
+            case AbortIn() | ClearContextIn() | SelectArtifactVersionIn() | EditArtifactIn():
+                await hub.command(live, frame)
             case ResumeIn(after_seq=after_seq):
                 if self._closing is None:
                     self._out.append(_Replay(after_seq))

@@ -1,0 +1,202 @@
+"""Several real server processes on one PostgreSQL (PROTOCOL 1.1 "Several instances"): any
+instance serves any conversation. A turn started on A streams live to a client on B, whose
+`session` says it runs; `abort`, `message` (`busy`) and `resume` behave the same on B;
+a killed owner's turn is closed by another instance; a stalled owner cannot write after
+another one took over. The bus is PostgreSQL's LISTEN/NOTIFY, or Redis where configured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from tests import pg
+from tests.fakes.anthropic_fake import Reply
+from tests.support import connect, recv, send, text_of, until
+
+REDIS_URL = os.environ.get("CHAT_AGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+REQUIRED = os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1"
+
+
+def _redis_or_skip() -> str:
+    import redis
+
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3).ping()
+    except Exception as exc:
+        if REQUIRED:
+            pytest.fail(f"Redis at {REDIS_URL} is unreachable ({exc}) and CHAT_AGENT_REQUIRE_SERVICES=1")
+        pytest.skip(f"Redis at {REDIS_URL} is unreachable ({exc})")
+    return REDIS_URL
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def instances(request, make_server, tmp_path, pg_url):
+    """`instances(n)`: n servers on one fresh PostgreSQL schema (the bus: LISTEN/NOTIFY, or Redis)."""
+    env = {"CHAT_AGENT_DATABASE_URL": pg_url}
+    if request.param == "redis":
+        env["CHAT_AGENT_REDIS_URL"] = _redis_or_skip()
+
+    def start(n: int, **more: str) -> list:
+        return [make_server(tmp_path / f"data-{uuid.uuid4().hex[:6]}", **env, **more) for _ in range(n)]
+
+    start.url = pg_url  # type: ignore[attr-defined]
+    start.env = env  # type: ignore[attr-defined]
+    return start
+
+
+async def _frames_until_done(ws) -> list[dict]:
+    return await until(ws, "done", timeout=30)
+
+
+async def test_a_turn_on_a_streams_live_to_b_which_can_abort_it(instances, fake_anthropic):
+    a, b = instances(2)
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    ws_b, session_b = await connect(b, cid)
+    assert session_b["type"] == "session", (session_b, b.log())
+    assert session_b["running"] is False and session_b.get("seq") == session.get("seq")
+
+    fake_anthropic.enqueue(Reply("tick " * 400, chunk_size=5, delay=0.02))  # ~8 s of streaming
+    await send(ws_a, type="message", content="count slowly")
+    first_a = await recv(ws_a)
+    first_b = await recv(ws_b)
+    assert first_a["type"] == first_b["type"] == "content_chunk"
+    assert first_b["seq"] == first_a["seq"]  # the same frame, committed by A, live on B
+
+    # A third socket, on B, mid-turn: its session says the turn runs and holds what streamed.
+    ws_late, late = await connect(b, cid)
+    assert late["running"] is True
+    assert late["messages"][-1]["role"] == "assistant" and late["messages"][-1]["status"] == "streaming"
+
+    # A message on B while A runs: busy, decided by A.
+    await send(ws_b, type="message", content="and me?")
+    busy = await _next_of(ws_b, "error")
+    assert busy["code"] == "busy"
+
+    started = time.monotonic()
+    await send(ws_b, type="abort")
+    done_b = (await _frames_until_done(ws_b))[-1]
+    took = time.monotonic() - started
+    assert done_b["stopReason"] == "aborted"
+    assert took < 1.0, f"abort sent on B ended A's turn after {took:.2f} s"
+    frames_a = await _frames_until_done(ws_a)
+    assert frames_a[-1]["seq"] == done_b["seq"]
+
+    # The late socket saw the rest without a gap or a repeat: its reply equals A's.
+    late_frames = await _frames_until_done(ws_late)
+    assert late_frames[0]["seq"] == late["seq"] + 1
+    late_text = late["messages"][-1]["parts"][0]["text"] if late["messages"][-1]["parts"] else ""
+    a_text = first_a["content"] + text_of(frames_a)
+    assert late_text + text_of(late_frames) == a_text
+    for ws in (ws_a, ws_b, ws_late):
+        await ws.close()
+
+    # What is stored is what was streamed, and no turn is left running.
+    rows = pg.query(instances.url, "SELECT status FROM turns WHERE conversation_id = $1", (cid,))
+    assert rows == [("aborted",)]
+
+
+async def _next_of(ws, kind: str) -> dict:
+    while True:
+        frame = await recv(ws, timeout=15)
+        if frame["type"] == kind:
+            return frame
+
+
+async def test_resume_on_another_instance_has_no_gap(instances, fake_anthropic):
+    a, b = instances(2)
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    fake_anthropic.enqueue(Reply("one two three four five six seven " * 20, chunk_size=7, delay=0.01))
+    await send(ws_a, type="message", content="go")
+    frames = await _frames_until_done(ws_a)
+    await ws_a.close()
+    middle = frames[len(frames) // 2]["seq"]
+    ws_b, _ = await connect(b, cid)
+    await send(ws_b, type="resume", afterSeq=middle)
+    replayed = await _frames_until_done(ws_b)
+    assert [f["seq"] for f in replayed] == [f["seq"] for f in frames if f["seq"] > middle]
+    await ws_b.close()
+
+
+async def test_the_next_message_may_land_anywhere(instances, fake_anthropic):
+    """Round robin over three instances: every seq once, every reply stored as streamed."""
+    servers = instances(3)
+    ws, session = await connect(servers[0])
+    cid = session["conversationId"]
+    await ws.close()
+    seen: list[int] = []
+    for n in range(6):
+        fake_anthropic.enqueue(Reply(f"answer {n}", chunk_size=3))
+        ws, _ = await connect(servers[n % 3], cid)
+        await send(ws, type="message", content=f"question {n}")
+        frames = await _frames_until_done(ws)
+        assert text_of(frames) == f"answer {n}" and frames[-1]["stopReason"] == "end_turn"
+        seen += [f["seq"] for f in frames if "seq" in f]
+        await ws.close()
+    events = pg.query(instances.url, "SELECT seq FROM events WHERE conversation_id = $1 ORDER BY seq", (cid,))
+    stored = [seq for (seq,) in events]
+    assert stored == list(range(stored[0], stored[-1] + 1))  # no seq twice, none missing
+    assert set(seen) <= set(stored)
+    assert pg.query(instances.url, "SELECT count(*) FROM turns WHERE status = 'running'") == [(0,)]
+    ws, last = await connect(servers[1], cid)
+    replies = [m["content"] for m in last["messages"] if m["role"] == "assistant"]
+    assert replies == [f"answer {n}" for n in range(6)]
+    await ws.close()
+
+
+async def test_a_killed_owner_s_turn_is_closed_by_another_instance(instances, fake_anthropic):
+    a, b = instances(2)
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    ws_b, _ = await connect(b, cid)
+    fake_anthropic.enqueue(Reply("never ends " * 2000, chunk_size=5, delay=0.02))
+    await send(ws_a, type="message", content="talk")
+    await recv(ws_b)  # it streams
+    a.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    frames = await until(ws_b, "done", timeout=30)
+    took = time.monotonic() - killed
+    assert took < 15, f"the dead owner's turn was closed after {took:.1f} s"
+    errors = [f for f in frames if f["type"] == "error"]
+    assert errors and "stopped" in errors[-1]["message"]
+    assert frames[-1]["type"] == "done"
+    await ws_b.close()
+    assert pg.query(instances.url, "SELECT status FROM turns WHERE conversation_id = $1", (cid,)) == [("interrupted",)]
+    # The next turn, on any instance, is valid.
+    fake_anthropic.enqueue(Reply("back again"))
+    ws, again = await connect(b, cid)
+    assert again["running"] is False
+    await send(ws, type="message", content="still there?")
+    assert text_of(await _frames_until_done(ws)) == "back again"
+    await ws.close()
+
+
+async def test_a_stalled_owner_cannot_write_after_another_took_over(instances, fake_anthropic):
+    a, b = instances(2, CHAT_AGENT_LEASE_SECONDS="2")
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    ws_b, _ = await connect(b, cid)
+    fake_anthropic.enqueue(Reply("paused " * 1000, chunk_size=5, delay=0.02))
+    await send(ws_a, type="message", content="talk")
+    await recv(ws_b)
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        frames = await until(ws_b, "done", timeout=20)  # B closed it as interrupted
+        assert frames[-1]["type"] == "done"
+        closed_at = pg.query(instances.url, "SELECT max(seq) FROM events WHERE conversation_id = $1", (cid,))[0][0]
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    await asyncio.sleep(3)  # A wakes up, streams on, and tries to write what it holds
+    after = pg.query(instances.url, "SELECT max(seq), count(*) FROM events WHERE conversation_id = $1", (cid,))[0]
+    assert after[0] == closed_at, "the stale owner wrote after another instance took over"
+    rows = pg.query(instances.url, "SELECT seq FROM events WHERE conversation_id = $1 ORDER BY seq", (cid,))
+    assert [s for (s,) in rows] == list(range(rows[0][0], rows[-1][0] + 1))
+    await ws_a.close()
+    await ws_b.close()
