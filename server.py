@@ -16,6 +16,7 @@ from typing import Callable
 import uvicorn
 
 import tools
+from chat_agent import tracing
 from chat_agent.config import ConfigError, Settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
@@ -90,8 +91,12 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
         return 1
     if not settings.anthropic_api_key:
         logging.warning("ANTHROPIC_API_KEY is not set: the server runs, but turns will answer llm_error")
-    with sock:
-        return 0 if serve(settings, sock, build_registry(settings)) else 3
+    traces = tracing.start()  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set; else nothing
+    try:
+        with sock:
+            return 0 if serve(settings, sock, build_registry(settings)) else 3
+    finally:
+        traces.shutdown()  # after the last turn was aborted and closed: its span goes out too
 
 
 if __name__ == "__main__":
