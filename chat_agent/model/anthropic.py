@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 from typing import Any, AsyncIterator
@@ -65,6 +66,16 @@ def error_type(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def _no_sdk_spans() -> dict[str, Any]:
+    """Turns off the spans SDKs that trace their own calls (`open_telemetry`) would add: a
+    second span per model call would count its tokens twice in a trace backend, and ours
+    follow the GenAI conventions where the SDK's do not (finish reasons, cache counts).
+    Nor does a request carry our trace to the API."""
+    if "open_telemetry" not in inspect.signature(anthropic.AsyncAnthropic.__init__).parameters:
+        return {}  # an SDK that makes no spans
+    return {"open_telemetry": {"traces": False, "propagation": False}}
+
+
 def _failed(span: ModelSpan, exc: Exception) -> LLMError:
     error = translate_error(exc)
     span.failed(error_type(exc), error.message)
@@ -81,6 +92,7 @@ class AnthropicClient:
             base_url=settings.anthropic_base_url,
             max_retries=settings.llm_max_retries,
             timeout=settings.llm_timeout,
+            **_no_sdk_spans(),
         )
         self.configured = bool(settings.anthropic_api_key)
         url = self._client.base_url

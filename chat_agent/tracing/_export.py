@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -26,6 +27,7 @@ SERVICE_NAME = "chat-agent"  # the default `service.name`; OTEL_SERVICE_NAME ove
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 SUPPORTED_PROTOCOL = "http/protobuf"
+SHUTDOWN_SECONDS = 5.0  # the longest the last export may hold up the process's exit
 
 
 @dataclass(slots=True)
@@ -38,11 +40,18 @@ class Tracing:
     def enabled(self) -> bool:
         return self.provider is not None
 
-    def shutdown(self) -> None:
-        """Exports what is still queued and stops (bounded by the exporter's own timeout)."""
-        if self.provider is not None:
-            self.provider.shutdown()
-            self.provider = None
+    def shutdown(self, timeout: float = SHUTDOWN_SECONDS) -> None:
+        """Exports what is still queued and stops, waiting `timeout` seconds at most: an
+        unreachable collector (the exporter retries for up to OTEL_EXPORTER_OTLP_TIMEOUT)
+        must not hold up a restart. What it did not take by then is dropped."""
+        provider, self.provider = self.provider, None
+        if provider is None:
+            return
+        flush = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+        flush.start()
+        flush.join(timeout)
+        if flush.is_alive():
+            log.warning("tracing: the collector did not take the last spans within %g s; they are dropped", timeout)
 
 
 def exporting() -> bool:
