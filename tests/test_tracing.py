@@ -128,6 +128,31 @@ def test_a_carried_trace_is_joined_in_another_process(receiver):
     assert joined.attributes["user.hash"] != "someone@example.com" and "someone" not in str(joined.attributes)
 
 
+SENDER = """
+import json
+from chat_agent import tracing
+started = tracing.start()
+with tracing.forward_span("message", "conv-1"):
+    print(json.dumps(tracing.inject()))
+started.shutdown()
+"""
+
+
+def test_a_forwarded_command_and_the_turn_it_starts_are_one_trace(receiver):
+    """Two processes, as two instances: the one a client sent `message` to forwards it with
+    its trace; the owner starts the turn under it."""
+    receiver.clear()
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=receiver.base_url)
+    carrier = run_python(SENDER, env).strip()
+    run_python(EXPORT, env, carrier)
+    spans = receiver.wait_for(lambda spans: len(spans) >= 4)
+    forward = next(s for s in spans if s.name == "forward message")
+    turn = next(s for s in spans if s.name == "invoke_agent chat-agent")
+    assert forward.kind == "PRODUCER" and forward.parent_span_id == ""
+    assert forward.attributes == {"chat_agent.command": "message", "gen_ai.conversation.id": "conv-1"}
+    assert (turn.trace_id, turn.parent_span_id) == (forward.trace_id, forward.span_id)
+
+
 def test_the_service_name_and_headers_come_from_the_standard_variables(receiver):
     receiver.clear()
     env = clean_env(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=receiver.traces_url, OTEL_SERVICE_NAME="canvas-prod",

@@ -17,9 +17,12 @@ import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from opentelemetry import trace
+
+if TYPE_CHECKING:  # only then: a server without tracing never loads the SDK for it
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ SHUTDOWN_SECONDS = 5.0  # the longest the last export may hold up the process's 
 class Tracing:
     """What `start()` set up: the SDK provider it installed, or None when tracing is off."""
 
-    provider: Any = None  # opentelemetry.sdk.trace.TracerProvider; typed loosely so that off imports no SDK
+    provider: TracerProvider | None = None
 
     @property
     def enabled(self) -> bool:
@@ -95,7 +98,7 @@ def start(environ: Mapping[str, str] | None = None) -> Tracing:
     return Tracing(provider)
 
 
-def _provider() -> Any:
+def _provider() -> TracerProvider:
     # Imported here: a server without tracing never loads the SDK or the exporter.
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource

@@ -214,6 +214,27 @@ def tool_span(name: str, tool_id: str) -> Iterator[ToolSpan]:
         span.end()
 
 
+# ---- a command sent to another instance ------------------------------------------------------------
+
+
+@contextmanager
+def forward_span(command: str, conversation_id: str) -> Iterator[None]:
+    """The span of a client's command that this instance sends on to the conversation's
+    owner, current while it is sent: `inject()` inside it gives the carrier, and the owner's
+    turn (started under `extract(carrier)`) becomes its child, in one trace."""
+    span = _tracer().start_span(f"forward {command}", kind=SpanKind.PRODUCER,
+                                attributes={"chat_agent.command": command, CONVERSATION_ID: conversation_id})
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    except BaseException as exc:
+        _error(span, _ended_by(exc))
+        raise
+    finally:
+        otel_context.detach(token)
+        span.end()
+
+
 # ---- background work ----------------------------------------------------------------------------
 
 
