@@ -7,6 +7,7 @@ package never imports them.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -16,6 +17,7 @@ from typing import Callable
 import uvicorn
 
 import tools
+from chat_agent import tracing
 from chat_agent.config import ConfigError, Settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
@@ -41,7 +43,12 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class Server(uvicorn.Server):
-    """uvicorn's server, saying where it listens once it accepts connections."""
+    """uvicorn's server, saying where it listens once it accepts connections, and sending
+    the last spans once the app has stopped."""
+
+    def __init__(self, config: uvicorn.Config, traces: tracing.Tracing):
+        super().__init__(config)
+        self.traces = traces
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -49,12 +56,18 @@ class Server(uvicorn.Server):
             host, port = sockets[0].getsockname()[:2]
             log.info("listening on ws://%s/api/chat-agent", _where(host, port))
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)  # the app's own shutdown too: running turns are closed
+        # Here, not after `run`: uvicorn ends by raising the signal that stopped it again,
+        # and the process dies of it.
+        await asyncio.to_thread(self.traces.shutdown)
+
 
 def _where(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry) -> bool:
+def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, traces: tracing.Tracing) -> bool:
     """Runs until a signal stops it; whether it got as far as listening."""
     config = uvicorn.Config(
         create_app(settings, registry=registry), lifespan="on",
@@ -65,7 +78,7 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry) -> bo
         ws_ping_interval=settings.ws_ping_interval, ws_ping_timeout=settings.ws_ping_interval,
         timeout_graceful_shutdown=5, log_level="warning", access_log=False,
     )
-    server = Server(config)
+    server = Server(config, traces)
     server.run(sockets=[sock])
     return server.started
 
@@ -90,8 +103,12 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
         return 1
     if not settings.anthropic_api_key:
         logging.warning("ANTHROPIC_API_KEY is not set: the server runs, but turns will answer llm_error")
-    with sock:
-        return 0 if serve(settings, sock, build_registry(settings)) else 3
+    traces = tracing.start()  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set; else nothing
+    try:
+        with sock:
+            return 0 if serve(settings, sock, build_registry(settings), traces) else 3
+    finally:
+        traces.shutdown()  # when the server never started; after a shutdown there is nothing left
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import random
 from typing import Any, AsyncIterator
@@ -12,6 +13,7 @@ import anthropic
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
+from chat_agent.tracing import ModelSpan, model_span
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,30 @@ def translate_error(exc: Exception) -> LLMError:
     return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
 
 
+def error_type(exc: Exception) -> str:
+    """A failure's class for traces (`error.type`): the API's error type when it gave one
+    (`overloaded_error`), else its status, else the exception's class."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _error_detail(exc)[0] or str(exc.status_code)
+    return type(exc).__name__
+
+
+def _no_sdk_spans() -> dict[str, Any]:
+    """Turns off the spans SDKs that trace their own calls (`open_telemetry`) would add: a
+    second span per model call would count its tokens twice in a trace backend, and ours
+    follow the GenAI conventions where the SDK's do not (finish reasons, cache counts).
+    Nor does a request carry our trace to the API."""
+    if "open_telemetry" not in inspect.signature(anthropic.AsyncAnthropic.__init__).parameters:
+        return {}  # an SDK that makes no spans
+    return {"open_telemetry": {"traces": False, "propagation": False}}
+
+
+def _failed(span: ModelSpan, exc: Exception) -> LLMError:
+    error = translate_error(exc)
+    span.failed(error_type(exc), error.message)
+    return error
+
+
 class AnthropicClient:
     """Streams model calls. Retries what the SDK does not: an error that arrives inside a 200
     stream (the SDK only retries HTTP statuses), as long as nothing of that call was yielded."""
@@ -66,8 +92,11 @@ class AnthropicClient:
             base_url=settings.anthropic_base_url,
             max_retries=settings.llm_max_retries,
             timeout=settings.llm_timeout,
+            **_no_sdk_spans(),
         )
         self.configured = bool(settings.anthropic_api_key)
+        url = self._client.base_url
+        self._server = (url.host, url.port)  # where calls go, for their spans
         self._midstream_retries = midstream_retries
         self._backoff = backoff
 
@@ -95,32 +124,39 @@ class AnthropicClient:
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         loop = asyncio.get_running_loop()
         accumulator = ReplyAccumulator()
-        try:
-            # The raw events, so that one tool call with broken JSON does not end the stream
-            # (the SDK's MessageStream raises there); the SDK still accumulates the message.
-            async with await self._client.messages.create(**request.params(), stream=True) as events:
-                pause_at = loop.time() + FAIR_SLICE
-                async for event in events:
-                    for item in accumulator.feed(event):
-                        yield item
-                    if loop.time() >= pause_at:
-                        # With data already buffered the SDK never awaits anything real, so a
-                        # fast stream would hold the event loop (and every other client,
-                        # and abort) for as long as it lasts.
-                        await asyncio.sleep(0)
-                        pause_at = loop.time() + FAIR_SLICE
-            reply = accumulator.reply()
-        except Exception as exc:  # cancellation is a BaseException and passes through
-            raise translate_error(exc) from exc
+        with model_span(request.model, request.max_tokens, stream=True, server=self._server) as span:
+            try:
+                # The raw events, so that one tool call with broken JSON does not end the stream
+                # (the SDK's MessageStream raises there); the SDK still accumulates the message.
+                async with await self._client.messages.create(**request.params(), stream=True) as events:
+                    pause_at = loop.time() + FAIR_SLICE
+                    async for event in events:
+                        span.first_chunk()
+                        for item in accumulator.feed(event):
+                            yield item
+                        if loop.time() >= pause_at:
+                            # With data already buffered the SDK never awaits anything real, so a
+                            # fast stream would hold the event loop (and every other client,
+                            # and abort) for as long as it lasts.
+                            await asyncio.sleep(0)
+                            pause_at = loop.time() + FAIR_SLICE
+                reply = accumulator.reply()
+            except Exception as exc:  # cancellation is a BaseException and passes through
+                raise _failed(span, exc) from exc
+            message = accumulator.message
+            span.replied(reply.stop_reason, reply.usage, message.id, message.model)
         yield reply
 
     async def call(self, request: ModelRequest) -> ModelReply:
         """A plain (not streamed) call for background work: summaries, titles, reflection."""
-        try:
-            message = await self._client.messages.create(**request.params())
-        except Exception as exc:
-            raise translate_error(exc) from exc
-        return reply_of(message)
+        with model_span(request.model, request.max_tokens, stream=False, server=self._server) as span:
+            try:
+                message = await self._client.messages.create(**request.params())
+            except Exception as exc:
+                raise _failed(span, exc) from exc
+            reply = reply_of(message)
+            span.replied(reply.stop_reason, reply.usage, message.id, message.model)
+        return reply
 
     async def complete(self, request: ModelRequest) -> str:
         """A plain call; returns its text."""

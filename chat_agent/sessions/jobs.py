@@ -4,7 +4,7 @@ changed (a newer turn restarts the wait; deleting the conversation cancels it)."
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Awaitable, Callable, Protocol
 
 from chat_agent.canvas.memory import MemoryBook
 from chat_agent.canvas.reflection import reflect, transcript_for_reflection
@@ -15,6 +15,7 @@ from chat_agent.protocol import StopReason
 from chat_agent.sessions.background import Background
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.pages import SESSION_MESSAGES
+from chat_agent.tracing import job_span
 
 # The newest messages a reflection reads (its transcript keeps the newest 20,000 characters).
 REFLECTION_MESSAGES = 200
@@ -40,13 +41,13 @@ class ConversationJobs:
 
     def after_turn(self, live: LiveConversation, stop: StopReason, artifact_changed: bool) -> None:
         if live.title is None and stop == "end_turn":
-            self._background.schedule(self._key(live.id, "title"), 0, lambda: self._name(live.owner, live.id))
+            self._background.schedule(self._key(live.id, "title"), 0, lambda: self._traced("title", live, self._name))
         if artifact_changed or self._key(live.id, "reflect") in self._background.pending():
             self.reflect_later(live)  # a newer turn restarts the wait
 
     def reflect_later(self, live: LiveConversation) -> None:
         self._background.schedule(self._key(live.id, "reflect"), self._settings.reflection_delay,
-                                  lambda: self._reflect(live.owner, live.id))
+                                  lambda: self._traced("reflection", live, self._reflect))
 
     def cancel(self, conversation_id: str) -> None:
         self._background.cancel(self._key(conversation_id, ""))
@@ -57,6 +58,11 @@ class ConversationJobs:
     @staticmethod
     def _key(conversation_id: str, job: str) -> str:
         return f"conv:{conversation_id}:{job}"
+
+    @staticmethod
+    async def _traced(name: str, live: LiveConversation, job: Callable[[str, str], Awaitable[None]]) -> None:
+        with job_span(name, live.id):
+            await job(live.owner, live.id)
 
     async def _name(self, owner: str, conversation_id: str) -> None:
         live = await self._conversations.open(owner, conversation_id)

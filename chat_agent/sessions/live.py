@@ -204,7 +204,7 @@ class LiveConversation:
         self._reply = VisibleMessage(id=message_id, role="assistant", created_at=now, status="streaming")
 
     async def _run(self, agent: Agent, turn: Turn, message_id: str) -> StopReason:
-        stop = await drive(agent, self.manager, turn, message_id, self.publish)
+        stop = await drive(agent, self.manager, turn, message_id, self.publish, self._turn_id)  # turn id: for its span
         self._close(stop, turn.usage, turn.detail)
         return stop
 

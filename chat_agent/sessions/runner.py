@@ -17,6 +17,7 @@ from chat_agent.agent.loop import Agent, Turn, run_turn
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.protocol import (ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame, StopReason,
                                  ThinkingChunk, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.tracing import turn_span
 
 log = logging.getLogger(__name__)
 
@@ -24,23 +25,29 @@ Publish = Callable[[ServerFrame], object]
 
 
 async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_id: str,
-                publish: Publish) -> StopReason:
+                publish: Publish, turn_id: str | None = None) -> StopReason:
     """Runs the loop until it stops, publishing a frame for every event. Abort is the
-    cancellation of the task awaiting this; it returns "aborted" then, it does not raise."""
+    cancellation of the task awaiting this; it returns "aborted" then, it does not raise.
+    The turn is traced as one span (`invoke_agent`), its model and tool calls as children."""
     stop: StopReason = "error"
-    try:
-        async with aclosing(run_turn(agent, manager, turn)) as events:
-            async for event in events:
-                if isinstance(event, TurnFinished):
-                    stop = event.stop_reason
-                else:
-                    publish(frame_for(event, message_id))
-    except asyncio.CancelledError:
-        stop = "aborted"
-    except Exception:
-        log.exception("turn of %s failed", turn.conversation_id)
-        publish(ErrorFrame(code="internal", message="Something went wrong on the server; the turn stopped."))
-        stop = "error"
+    with turn_span(turn.conversation_id, turn_id, turn.owner) as span:
+        try:
+            async with aclosing(run_turn(agent, manager, turn)) as events:
+                async for event in events:
+                    if isinstance(event, TurnFinished):
+                        stop = event.stop_reason
+                    else:
+                        if isinstance(event, TurnFailed):
+                            span.failed(event.code)
+                        publish(frame_for(event, message_id))
+        except asyncio.CancelledError:
+            stop = "aborted"
+        except Exception as exc:
+            log.exception("turn of %s failed", turn.conversation_id)
+            span.failed(type(exc).__name__)
+            publish(ErrorFrame(code="internal", message="Something went wrong on the server; the turn stopped."))
+            stop = "error"
+        span.stopped(stop)
     return stop
 
 

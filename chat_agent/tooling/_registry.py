@@ -16,6 +16,7 @@ from chat_agent.tooling._progress import Pulse
 from chat_agent.tooling._schema import anthropic_schema
 from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices
 from chat_agent.text import scrub, scrub_json
+from chat_agent.tracing import tool_span
 
 logger = logging.getLogger("chat_agent.tools")
 
@@ -99,11 +100,19 @@ class ToolRegistry:
     ) -> ToolResult:
         """Run one tool call. `on_progress(tool_id, elapsed_seconds, status)` gets the
         tool's own reports plus a heartbeat after `heartbeat` seconds of silence."""
+        with tool_span(name, tool_id) as span:
+            result = await self._run(tool_id, name, tool_input, conversation_id, owner, on_progress, services)
+            span.ended(result.is_error, result.error_type)
+            return result
+
+    async def _run(self, tool_id: str, name: str, tool_input: dict, conversation_id: str, owner: str,
+                   on_progress: Callable[[str, float, str], None], services: ToolServices | None) -> ToolResult:
         adapter = self._tools.get(name)
         if adapter is None:
-            return self._error(self._unknown(name))
+            return self._error(self._unknown(name), "unavailable" if name in self._unavailable else "unknown_tool")
         if not isinstance(tool_input, dict):
-            return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}")
+            return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}",
+                               "invalid_input")
         pulse = Pulse(tool_id, on_progress, self._heartbeat, asyncio.get_running_loop())
         ctx = ToolContext(conversation_id, owner, tool_id, pulse.report, services or ToolServices())
         try:
@@ -116,7 +125,7 @@ class ToolRegistry:
             args = adapter.bind(tool_input, ctx)
         except ValidationError as exc:
             logger.info("invalid input for tool %s: %s", adapter.name, exc)
-            return self._error(_invalid_input(adapter.name, exc))
+            return self._error(_invalid_input(adapter.name, exc), "invalid_input")
         except Exception as exc:  # a custom validator of the tool's own schema
             return self._failure(adapter.name, exc)
         timeout = asyncio.timeout(adapter.timeout)
@@ -127,13 +136,14 @@ class ToolRegistry:
             if not timeout.expired():  # the tool's own TimeoutError, not ours
                 return self._failure(adapter.name, exc)
             logger.warning("tool %s (%s) timed out after %g s", adapter.name, ctx.tool_id, adapter.timeout)
-            return self._error(f"Tool {adapter.name} timed out after {adapter.timeout:g} s")
+            return self._error(f"Tool {adapter.name} timed out after {adapter.timeout:g} s", "timeout")
         except Exception as exc:
             return self._failure(adapter.name, exc)
         # Text from anywhere (a web page, a file, a library): a lone surrogate becomes U+FFFD
         # here, once, so the model, the client and the store all see the same text.
         content = self._cap(scrub_json(_as_content(content)))
-        return ToolResult(content, content if artifact is NO_ARTIFACT else scrub_json(artifact), is_error)
+        return ToolResult(content, content if artifact is NO_ARTIFACT else scrub_json(artifact), is_error,
+                          "tool_error" if is_error else None)
 
     def _check_new(self, name: str) -> None:
         if not _NAME.match(name):
@@ -149,11 +159,12 @@ class ToolRegistry:
     def _failure(self, name: str, exc: Exception) -> ToolResult:
         logger.error("tool %s failed", name, exc_info=exc)
         message = str(exc).strip()
-        return self._error(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+        return self._error(f"{type(exc).__name__}: {message}" if message else type(exc).__name__,
+                           type(exc).__name__)
 
-    def _error(self, message: str) -> ToolResult:
+    def _error(self, message: str, error_type: str) -> ToolResult:
         message = self._cap(scrub(message))
-        return ToolResult(message, message, True)
+        return ToolResult(message, message, True, error_type)
 
     def _cap(self, content: str | list[dict]) -> str | list[dict]:
         if isinstance(content, str):

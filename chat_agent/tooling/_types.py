@@ -116,6 +116,9 @@ class ToolResult:
     content: str | list[dict]  # the tool_result content the model gets back
     output: Any  # JSON-able value for the UI (tool_end.output)
     is_error: bool
+    # Why it failed, in a word for traces (`timeout`, `invalid_input`, an exception's class);
+    # never the message, which may quote the input.
+    error_type: str | None = field(default=None, compare=False)
 
 
 class ToolUnavailable(Exception):

@@ -15,6 +15,7 @@ from chat_agent.web.errors import error
 from chat_agent.sessions.hub import Hub
 from chat_agent.protocol import json_schema
 from chat_agent.store import ConversationRecord
+from chat_agent import tracing
 
 Handler = Callable[[Request, Hub, str], Awaitable[Response]]
 
@@ -44,6 +45,7 @@ async def health(request: Request) -> JSONResponse:
         "auth": settings.auth_enabled, "storage": "sqlite" if not settings.database_url else "custom",
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
         "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
+        "tracing": tracing.exporting(),  # spans exported (OTEL_EXPORTER_OTLP_ENDPOINT), or the API's no-op
     })
 
 
