@@ -17,7 +17,8 @@ import pytest
 
 from tests import pg
 from tests.fakes.anthropic_fake import Reply
-from tests.support import connect, recv, send, text_of, until
+from tests.fakes.s3_server import MotoS3, MotoUnavailable
+from tests.support import ServerProcess, connect, recv, send, text_of, until
 
 REDIS_URL = os.environ.get("CHAT_AGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
 REQUIRED = os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1"
@@ -35,10 +36,31 @@ def _redis_or_skip() -> str:
     return REDIS_URL
 
 
+@pytest.fixture(scope="module")
+def moto(tmp_path_factory):
+    try:
+        server = MotoS3(tmp_path_factory.mktemp("moto")).__enter__()
+    except MotoUnavailable as exc:
+        if REQUIRED:
+            pytest.fail(f"several instances keep files in S3, and moto's server is unavailable: {exc}")
+        pytest.skip(f"several instances keep files in S3, and moto's server is unavailable: {exc}")
+    yield server
+    server.__exit__()
+
+
+@pytest.fixture
+def s3_env(moto) -> dict[str, str]:
+    """A fresh bucket, and the settings that point every instance at it."""
+    bucket = f"instances-{uuid.uuid4().hex[:12]}"
+    moto.create_bucket(bucket)
+    return {**moto.env(), "CHAT_AGENT_S3_BUCKET": bucket, "CHAT_AGENT_S3_ENDPOINT_URL": moto.endpoint_url}
+
+
 @pytest.fixture(params=["postgres", "redis"])
-def instances(request, make_server, tmp_path, pg_url):
-    """`instances(n)`: n servers on one fresh PostgreSQL schema (the bus: LISTEN/NOTIFY, or Redis)."""
-    env = {"CHAT_AGENT_DATABASE_URL": pg_url}
+def instances(request, make_server, tmp_path, pg_url, s3_env):
+    """`instances(n)`: n servers on one fresh PostgreSQL schema (the bus: LISTEN/NOTIFY, or
+    Redis), their files in one S3 bucket."""
+    env = {"CHAT_AGENT_DATABASE_URL": pg_url, **s3_env}
     if request.param == "redis":
         env["CHAT_AGENT_REDIS_URL"] = _redis_or_skip()
 
@@ -200,3 +222,35 @@ async def test_a_stalled_owner_cannot_write_after_another_took_over(instances, f
     assert [s for (s,) in rows] == list(range(rows[0][0], rows[-1][0] + 1))
     await ws_a.close()
     await ws_b.close()
+
+
+async def test_an_upload_on_one_instance_is_read_on_another(instances):
+    a, b = instances(2)
+    status, body = _upload(a, b"hello from instance A\n", "note.txt")
+    assert status in (200, 201), body
+    import urllib.request
+
+    with urllib.request.urlopen(f"{b.http_url}/api/uploads/{body['uploadId']}", timeout=10) as response:
+        assert response.read() == b"hello from instance A\n"
+
+
+def _upload(server, data: bytes, filename: str) -> tuple[int, dict]:
+    import urllib.request
+
+    boundary = uuid.uuid4().hex
+    payload = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{filename}\"\r\n"
+               f"Content-Type: text/plain\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(server.http_url + "/api/uploads", data=payload, method="POST",
+                                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_a_second_instance_with_local_files_refuses_to_start(make_server, tmp_path, pg_url):
+    make_server(tmp_path / "one", CHAT_AGENT_DATABASE_URL=pg_url)
+    with pytest.raises(RuntimeError) as failed:
+        make_server(tmp_path / "two", CHAT_AGENT_DATABASE_URL=pg_url)
+    assert "CHAT_AGENT_S3_BUCKET" in str(failed.value) and "other instance" in str(failed.value)

@@ -37,6 +37,7 @@ from chat_agent.sessions.ownership import Answer, Claim, OwnerUnreachable, Owner
 from chat_agent.sessions.pages import visible_page
 from chat_agent.sessions.prepare import TurnPreparer
 from chat_agent.sessions.replica import session_from_store
+from chat_agent.tracing import attached, extract, forward_span, inject
 from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistorySize,
                               Lease, Store, StoreWriter)
 
@@ -299,7 +300,11 @@ class Hub:
         ran is closed as interrupted here, and its clients, wherever they are, told."""
         turns = await self.store.running_turns(lease.conversation_id)
         if not turns:
-            return  # nothing was running: the lease is free for whoever needs it next
+            # Nothing was running (or it is an instance's own lease): free it, so that it is
+            # not found expired again at every sweep.
+            if (await self.ownership.claim(lease.conversation_id))[0] is Claim.GAINED:
+                await self.ownership.release(lease.conversation_id)
+            return
         turn = turns[0]
         live = self.live(turn.owner, turn.conversation_id) or await self.open(turn.owner, turn.conversation_id,
                                                                                cut=OWNER_LOST)
@@ -354,8 +359,13 @@ class Hub:
         raise FrameRejected("internal", UNREACHABLE)
 
     async def _forward(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
-        message = {"c": live.id, "u": live.owner, "frame": frame.model_dump(mode="json", by_alias=True,
-                                                                          exclude_unset=True)}
+        # The command's span here is the parent of the owner's turn: one trace across both.
+        with forward_span(frame.type, live.id):
+            await self._forward_traced(live, holder, frame)
+
+    async def _forward_traced(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
+        message = {"c": live.id, "u": live.owner, "trace": inject(),
+                   "frame": frame.model_dump(mode="json", by_alias=True, exclude_unset=True)}
         for _ in range(CLAIM_ATTEMPTS):
             try:
                 answer = await self.ownership.forward(holder, message)
@@ -386,7 +396,8 @@ class Hub:
         if live is None:
             return Answer("rejected", "not_found", "No such conversation.")
         try:
-            task = await self._execute(live, client_frames.validate_python(message["frame"]))
+            with attached(extract(message.get("trace"))):  # the turn it starts joins the sender's trace
+                task = await self._execute(live, client_frames.validate_python(message["frame"]))
             if task is not None:
                 await self._outcome(task)
         except FrameRejected as exc:

@@ -31,6 +31,9 @@ from chat_agent.store import Lease, Store, StoreWriter
 log = logging.getLogger(__name__)
 
 FORWARD_TIMEOUT = 10.0  # seconds an owner has to answer a forwarded command
+# Each instance holds a lease under this prefix and its own id while it runs: the leases
+# say which instances are alive (`others`), and a dead one's expires like any other.
+INSTANCE_PREFIX = "instance:"
 
 
 class Claim(enum.Enum):
@@ -72,10 +75,15 @@ class Ownership:
         # Set by the hub: a command forwarded here; answer it.
         self.on_command: Callable[[dict[str, Any]], Awaitable[Answer]] = _not_owner
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        await self.claim(INSTANCE_PREFIX + self.instance)
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._renew_loop(), name="lease-renew"),
                        loop.create_task(self._sweep_loop(), name="lease-sweep")]
+
+    async def others(self) -> list[str]:
+        """The other instances running on this store now."""
+        return [name for name in await self._store.live_instances() if name != self.instance]
 
     async def close(self) -> None:
         """Stops renewing and gives back every lease (after the writes under them are stored),

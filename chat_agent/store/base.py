@@ -108,6 +108,10 @@ class Store(ABC):
         """Held leases whose time ran out (their holder stopped renewing), oldest first."""
 
     @abstractmethod
+    async def live_instances(self) -> list[str]:
+        """The instances holding an unexpired lease, sorted."""
+
+    @abstractmethod
     async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
         """None if it does not exist or belongs to someone else."""
 

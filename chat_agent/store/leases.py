@@ -46,6 +46,8 @@ RELEASE = (
     " WHERE conversation_id = ?1 AND instance = ?2 AND epoch = ?3 AND instance <> ''"
 )
 GET = f"SELECT {_COLUMNS} FROM leases WHERE conversation_id = ?1 AND instance <> ''"
+# Every instance holds a lease of its own while it runs (see sessions/ownership.py).
+LIVE_INSTANCES = "SELECT DISTINCT instance FROM leases WHERE instance <> '' AND expires_at > {now} ORDER BY instance"
 EXPIRED = (
     f"SELECT {_COLUMNS} FROM leases WHERE instance <> '' AND expires_at <= {{now}}"
     " ORDER BY expires_at, conversation_id LIMIT ?1"

@@ -58,6 +58,7 @@ _CONVERSATION_FILES = (
 _CLAIM = leases.for_postgres(leases.CLAIM)
 _RENEW = leases.for_postgres(leases.RENEW)
 _EXPIRED = leases.for_postgres(leases.EXPIRED)
+_LIVE_INSTANCES = leases.for_postgres(leases.LIVE_INSTANCES)
 _SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"
 
 # The hot statement, set-based: a batch's events (most of what the group-commit writer
@@ -178,6 +179,9 @@ class PostgresStore(Store):
 
     async def expired_leases(self, limit: int = 100) -> list[Lease]:
         return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit,))]
+
+    async def live_instances(self) -> list[str]:
+        return [row[0] for row in await self._fetch(_LIVE_INSTANCES, ())]
 
     async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
         rows = await self._read(f"{reads.CONVERSATION} WHERE id = ? AND owner = ?", (conversation_id, owner))

@@ -76,6 +76,7 @@ _FENCES = (
 _CLAIM = leases.for_sqlite(leases.CLAIM)
 _RENEW = leases.for_sqlite(leases.RENEW)
 _EXPIRED = leases.for_sqlite(leases.EXPIRED)
+_LIVE_INSTANCES = leases.for_sqlite(leases.LIVE_INSTANCES)
 
 
 class SqliteStore(Store):
@@ -199,6 +200,9 @@ class SqliteStore(Store):
 
     async def expired_leases(self, limit: int = 100) -> list[Lease]:
         return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit, time.time()))]
+
+    async def live_instances(self) -> list[str]:
+        return [row[0] for row in await self._fetch(_LIVE_INSTANCES, (time.time(),))]
 
     async def _write(self, sql: str, params: Sequence[Any]) -> list[Any]:
         """One statement in a transaction of its own, its RETURNING rows read before COMMIT."""

@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
 
 from chat_agent.agent.loop import Agent
-from chat_agent.config import Settings
+from chat_agent.config import ConfigError, Settings
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
 from chat_agent.model import AnthropicClient, ModelClient
@@ -49,7 +49,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
         hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus)
         await bus.start(hub.bus_handlers())
-        hub.ownership.start()
+        await hub.ownership.start()
+        await _check_shared_files(settings, hub)
         await recover(hub)
         app.state.hub = hub
         app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
@@ -70,3 +71,18 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
               WebSocketRoute("/api/chat-agent", chat_endpoint)]
     return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),
                      exception_handlers=EXCEPTION_HANDLERS)
+
+
+async def _check_shared_files(settings: Settings, hub: Hub) -> None:
+    """Instances on PostgreSQL may run on different machines: files in a local directory
+    would be found by one instance and not by another, so several need S3. (On SQLite they
+    share one machine, and so its data directory.)"""
+    if settings.s3_bucket or not (settings.database_url or "").lower().startswith("postgres"):
+        return
+    others = await hub.ownership.others()
+    if others:
+        await hub.ownership.close()
+        raise ConfigError(
+            f"{len(others)} other instance(s) of chat-agent run on this database ({', '.join(others)}), and this "
+            "one keeps files in its local data directory, which the others cannot read: with several "
+            "instances, keep files in S3 (set CHAT_AGENT_S3_BUCKET on every instance)")
