@@ -53,7 +53,7 @@ def s3_env(moto) -> dict[str, str]:
     """A fresh bucket, and the settings that point every instance at it."""
     bucket = f"instances-{uuid.uuid4().hex[:12]}"
     moto.create_bucket(bucket)
-    return {**moto.env(), "CHAT_AGENT_S3_BUCKET": bucket, "CHAT_AGENT_S3_ENDPOINT_URL": moto.endpoint_url}
+    return {**moto.env, "CHAT_AGENT_S3_BUCKET": bucket, "CHAT_AGENT_S3_ENDPOINT_URL": moto.endpoint_url}
 
 
 @pytest.fixture(params=["postgres", "redis"])
