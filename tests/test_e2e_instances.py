@@ -254,3 +254,96 @@ def test_a_second_instance_with_local_files_refuses_to_start(make_server, tmp_pa
     with pytest.raises(RuntimeError) as failed:
         make_server(tmp_path / "two", CHAT_AGENT_DATABASE_URL=pg_url)
     assert "CHAT_AGENT_S3_BUCKET" in str(failed.value) and "other instance" in str(failed.value)
+
+
+async def _turn(server, cid: str, content: str) -> tuple[dict, list[dict]]:
+    """One message on `server`: its session and every frame up to `done` (titles included)."""
+    ws, session = await connect(server, cid)
+    try:
+        await send(ws, type="message", content=content)
+        frames = []
+        while not frames or frames[-1]["type"] != "done":
+            frames.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        return session, frames
+    finally:
+        await ws.close()
+
+
+async def test_twenty_conversations_round_robin_over_three_instances(instances, fake_anthropic):
+    servers = instances(3)
+    cids = []
+    for n in range(20):
+        ws, session = await connect(servers[n % 3])
+        cids.append(session["conversationId"])
+        await ws.close()
+    fake_anthropic.responder = lambda request: Reply("reply to " + _last_user_text(request), chunk_size=4)
+    seen: dict[str, list[tuple[dict, list[dict]]]] = {cid: [] for cid in cids}
+    try:
+        for round_ in range(3):
+            results = await asyncio.gather(*(_turn(servers[(n + round_) % 3], cid, f"q{round_} of {cid[:6]}")
+                                             for n, cid in enumerate(cids)))
+            for cid, result in zip(cids, results):
+                seen[cid].append(result)
+    finally:
+        fake_anthropic.responder = None
+    for cid in cids:
+        last_done = 0
+        for session, frames in seen[cid]:
+            seqs = [f["seq"] for f in frames]
+            assert session.get("seq", 0) >= last_done
+            assert seqs == list(range(session.get("seq", 0) + 1, session.get("seq", 0) + 1 + len(seqs))), seqs
+            assert frames[-1]["stopReason"] == "end_turn"
+            last_done = seqs[-1]
+        events = [s for (s,) in pg.query(instances.url, "SELECT seq FROM events WHERE conversation_id = $1 ORDER BY seq",
+                                         (cid,))]
+        assert events == list(range(events[0], events[-1] + 1))
+        streamed = [text_of(frames) for _, frames in seen[cid]]
+        assert streamed == [f"reply to q{r} of {cid[:6]}" for r in range(3)]
+        ws, last = await connect(servers[0], cid)
+        assert [m["content"] for m in last["messages"] if m["role"] == "assistant"] == streamed
+        await ws.close()
+    assert pg.query(instances.url, "SELECT count(*) FROM turns WHERE status = 'running'") == [(0,)]
+
+
+def _last_user_text(request) -> str:
+    content = request["messages"][-1]["content"]
+    return content if isinstance(content, str) else next(b["text"] for b in content if b.get("type") == "text")
+
+
+async def test_a_rolling_restart_changes_nothing_for_turns_running_elsewhere(instances, fake_anthropic):
+    a, b, c = instances(3)
+    words = "steady " * 600  # ~14 s of streaming: the restart happens while both turns run
+    fake_anthropic.enqueue(Reply(words, chunk_size=6, delay=0.02), Reply(words, chunk_size=6, delay=0.02))
+    sockets = []
+    for server in (a, b):
+        ws, session = await connect(server)
+        await send(ws, type="message", content="stream please")
+        sockets.append((ws, session["conversationId"]))
+    watchers = [await connect(c, cid) for _, cid in sockets]  # clients on the instance that restarts
+    await recv(sockets[0][0])
+    d = instances(1)[0]  # a new instance starts ...
+    assert c.stop(signal.SIGTERM) in (0, -signal.SIGTERM)  # ... and an old one stops, mid-turn
+    for (watcher, first), (_, cid) in zip(watchers, sockets):
+        # The socket on C went away with it; its client reconnects to D and resumes from
+        # the last frame it got.
+        frames = [first]
+        try:
+            while True:
+                frames.append(json.loads(await asyncio.wait_for(watcher.recv(), 10)))
+        except Exception:
+            pass
+        assert frames[-1]["type"] != "done", "the turn ended before the restart: nothing was tested"
+        ws, _ = await connect(d, cid)
+        await send(ws, type="resume", afterSeq=frames[-1].get("seq", 0))
+        replayed = await _frames_until_done(ws)
+        assert replayed[-1]["stopReason"] == "end_turn"
+        running = [m for m in first.get("messages", []) if m["status"] == "streaming"]
+        already = "".join(p.get("text", "") for m in running for p in m["parts"] if p["type"] == "text")
+        assert already + text_of(frames[1:]) + text_of(replayed) == words
+        await ws.close()
+    for ws, _ in sockets:
+        frames = await _frames_until_done(ws)
+        assert frames[-1]["stopReason"] == "end_turn"
+    for ws, cid in sockets:
+        await ws.close()
+        assert pg.query(instances.url, "SELECT status FROM turns WHERE conversation_id = $1", (cid,)) == [("complete",)]
