@@ -113,6 +113,17 @@ async def test_sigterm_aborts_the_running_turn_cleanly(make_server, tmp_path, fa
     await ws.close()
 
 
+async def _after_the_dead_lease(server, conversation_id: str) -> tuple[object, dict]:
+    """A socket on the restarted server once the dead process's turn is closed: its lease
+    has to expire first (nothing tells a dead owner from a stalled one sooner), ~10 s."""
+    ws, snapshot = await connect(server, conversation_id)
+    if snapshot["running"]:
+        await until(ws, "done", timeout=20)
+        await ws.close()
+        ws, snapshot = await connect(server, conversation_id)
+    return ws, snapshot
+
+
 async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_path, fake_anthropic):
     data = tmp_path / "data"
     server = make_server(data)
@@ -122,7 +133,7 @@ async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_pa
     seen = [await recv(ws) for _ in range(6)]
     server.stop(signal.SIGKILL)
     server = make_server(data)
-    ws, snapshot = await connect(server, session["conversationId"])
+    ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     assert snapshot["running"] is False
     reply = snapshot["messages"][-1]
     assert reply["status"] == "interrupted" and reply["content"].startswith(text_of(seen))
@@ -150,7 +161,7 @@ async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake
     finally:
         fake_exa.delay = 0.0
     server = make_server(data)
-    ws, snapshot = await connect(server, session["conversationId"])
+    ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     call = snapshot["messages"][-1]["toolCalls"][0]
     assert call["isError"] is True and call["duration"] is not None
     # Rebuilt from the event log: the card where it was, closed the same way.

@@ -254,19 +254,18 @@ class SqliteStore(Store):
     async def history_page(
         self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
     ) -> HistoryPage | None:
-        def page() -> HistoryPage | None:
-            db = self._conn()
+        def page(db: sqlite3.Connection) -> HistoryPage | None:
             end = 2**62  # after any position
             if before is not None:
-                found = db.execute(reads.POSITION, (conversation_id, owner, history, before)).fetchone()
-                if found is None:
+                found = db.execute(reads.POSITION, (conversation_id, owner, history, before)).fetchall()
+                if not found:
                     return None
-                end = found[0]
+                end = found[0][0]
             # One more than asked says whether older items exist.
             rows = db.execute(reads.PAGE, (conversation_id, owner, history, end, limit + 1)).fetchall()
             return HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
 
-        return await self._run(page)  # one job: both reads see the same state
+        return await self._read(page)
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
         rows = await self._fetch(reads.SIZE, (conversation_id, owner, history))
@@ -298,24 +297,22 @@ class SqliteStore(Store):
         return bool(await self._fetch(reads.CLIENT_ID, (conversation_id, owner, client_id)))
 
     async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
-        def read() -> ArtifactRecord | None:
-            db = self._conn()
-            row = db.execute(reads.ARTIFACT, (conversation_id, owner)).fetchone()
-            if row is None:
+        def read(db: sqlite3.Connection) -> ArtifactRecord | None:
+            rows = db.execute(reads.ARTIFACT, (conversation_id, owner)).fetchall()
+            if not rows:
                 return None
-            return ArtifactRecord(*row[:4], current=_version(db, conversation_id, row[4:]))
+            return ArtifactRecord(*rows[0][:4], current=_version(db, conversation_id, rows[0][4:]))
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def get_artifact_version(
         self, owner: str, conversation_id: str, index: int
     ) -> ArtifactVersionRecord | None:
-        def read() -> ArtifactVersionRecord | None:
-            db = self._conn()
-            row = db.execute(reads.ARTIFACT_VERSION, (conversation_id, owner, index)).fetchone()
-            return None if row is None else _version(db, conversation_id, row)
+        def read(db: sqlite3.Connection) -> ArtifactVersionRecord | None:
+            rows = db.execute(reads.ARTIFACT_VERSION, (conversation_id, owner, index)).fetchall()
+            return _version(db, conversation_id, rows[0]) if rows else None
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
         rows = await self._fetch(reads.MEMORIES, (owner,))
@@ -357,7 +354,21 @@ class SqliteStore(Store):
         return await asyncio.get_running_loop().run_in_executor(self._thread, job, *args)
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        return await self._run(lambda: self._conn().execute(sql, params).fetchall())
+        return await self._read(lambda db: db.execute(sql, params).fetchall())
+
+    async def _read(self, job: Callable[[sqlite3.Connection], T]) -> T:
+        """`job`'s reads in one read transaction: they all see the same committed state (writes
+        commit on another connection meanwhile), and it ends with the job, so that no
+        statement left open keeps this connection on an old snapshot."""
+        def read() -> T:
+            db = self._conn()
+            db.execute("BEGIN")
+            try:
+                return job(db)
+            finally:
+                db.execute("COMMIT")
+
+        return await self._run(read)
 
 
 def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:
