@@ -52,6 +52,8 @@ class Handlers:
 class Bus(ABC):
     """One instance's end of the bus. `start` before use, `close` after."""
 
+    kind = "none"  # what `GET /health` says carries frames between instances
+
     def __init__(self, instance: str, namespace: str = "ca"):
         self.instance = instance
         self.namespace = namespace
@@ -168,6 +170,8 @@ class _Pieces:
 class PostgresBus(Bus):
     """The namespace is the database and schema the URL leads to, as the server sees them."""
 
+    kind = "postgresql"
+
     def __init__(self, instance: str, url: str):
         super().__init__(instance)
         self._url = url
@@ -280,6 +284,8 @@ def _pieces(payload: str) -> list[str]:
 
 class RedisBus(Bus):
     """The namespace is given: the deployment's database, by default (see `create_bus`)."""
+
+    kind = "redis"
 
     def __init__(self, instance: str, url: str, namespace: str):
         super().__init__(instance, namespace)

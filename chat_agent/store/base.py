@@ -59,6 +59,8 @@ Fences = Mapping[str, tuple[str, int]]  # conversation id -> (instance, epoch) i
 class Store(ABC):
     """One storage backend. `open()` before use, `close()` after; also `async with`."""
 
+    kind = "custom"  # what `GET /health` says it is
+
     async def __aenter__(self) -> Self:
         await self.open()
         return self

@@ -101,6 +101,8 @@ class PostgresStore(Store):
     """A store in a PostgreSQL database (`postgresql://…`, libpq's URL), in the first schema
     of its `search_path` (`?options=-csearch_path%3Dname` picks another than `public`)."""
 
+    kind = "postgresql"
+
     def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10) -> None:
         self.url = url
         self._min_size, self._max_size = min_size, max_size

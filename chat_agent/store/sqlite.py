@@ -82,6 +82,8 @@ _LIVE_INSTANCES = leases.for_sqlite(leases.LIVE_INSTANCES)
 class SqliteStore(Store):
     """A store in one SQLite file (created with its directories), or `":memory:"`."""
 
+    kind = "sqlite"
+
     def __init__(self, path: str | os.PathLike[str], *, checkpoint_interval: float = INTERVAL) -> None:
         self.path = path if path == MEMORY else Path(path)
         self._checkpoint_interval = checkpoint_interval
