@@ -8,6 +8,12 @@ class runs PASSIVE checkpoints from a second connection on a thread of its own, 
 `interval` seconds. A PASSIVE checkpoint never blocks writers: commits go on appending to
 the WAL meanwhile, and SQLite starts the WAL over from its beginning once a checkpoint
 has caught up, so the file stays bounded.
+
+Under a steady stream of commits on a slow disk a PASSIVE checkpoint may never catch up
+(new frames arrive while it fsyncs), and the WAL would grow with everything written. When
+it did not, and the WAL holds more than `RESTART_FRAMES` pages, a RESTART one follows: writers
+wait for it (on the store's write thread, never on the event loop: an inline commit that
+finds the lock taken goes there), and the WAL starts over.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 INTERVAL = 1.0  # seconds between checkpoints
+RESTART_FRAMES = 1000  # SQLite's own auto-checkpoint threshold, in pages
 NO_AUTO_CHECKPOINT = "PRAGMA wal_autocheckpoint = 0"
 
 
@@ -55,7 +62,9 @@ class WalCheckpointer:
         if self._db is None:
             # Autocommit, and a long busy timeout is harmless here: nothing waits on this thread.
             self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        _busy, frames, done = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+        if frames > RESTART_FRAMES and done < frames:  # it did not catch up: writers wait this once
+            self._db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
     def _disconnect(self) -> None:
         if self._db is not None:
