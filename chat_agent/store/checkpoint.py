@@ -9,9 +9,9 @@ class runs PASSIVE checkpoints from a second connection on a thread of its own, 
 the WAL meanwhile, and SQLite starts the WAL over from its beginning once a checkpoint
 has caught up, so the file stays bounded.
 
-Under a steady stream of commits on a slow disk a PASSIVE checkpoint may never catch up
-(new frames arrive while it fsyncs), and the WAL would grow with everything written. When
-it did not, and the WAL holds more than `RESTART_FRAMES` pages, a RESTART one follows: writers
+Under a steady stream of commits on a slow disk the WAL may never start over (a commit
+always lands while a checkpoint fsyncs), and it would grow with everything written. Once
+it holds more than `RESTART_FRAMES` pages, a RESTART checkpoint follows the PASSIVE one: writers
 wait for it (on the store's write thread, never on the event loop: an inline commit that
 finds the lock taken goes there), and the WAL starts over.
 """
@@ -62,8 +62,8 @@ class WalCheckpointer:
         if self._db is None:
             # Autocommit, and a long busy timeout is harmless here: nothing waits on this thread.
             self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False, timeout=30)
-        _busy, frames, done = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
-        if frames > RESTART_FRAMES and done < frames:  # it did not catch up: writers wait this once
+        _busy, frames, _done = self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()[0]
+        if frames > RESTART_FRAMES:  # writers wait this once, and the WAL starts over
             self._db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
 
     def _disconnect(self) -> None:
