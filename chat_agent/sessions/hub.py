@@ -602,6 +602,9 @@ class Hub:
         elif await self.store.get_conversation(owner, conversation_id) is None:
             return False
         self.jobs.cancel(conversation_id)
+        # Deleting wins over whoever owns it: not fenced by a lease (one given back keeps its
+        # fence, which would refuse this). An owner elsewhere finds nothing left to write to.
+        self.writer.unfence(conversation_id)
         await self.writer.commit([DeleteConversation(owner, conversation_id)])
         # Sockets on other instances learn it from the bus (an owner elsewhere stops its turn:
         # its next write finds nothing to write to).
