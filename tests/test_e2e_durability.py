@@ -11,6 +11,8 @@ from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.support import connect, recv, send, text_of, until
 
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
+# A killed server's lease has to expire before another process closes its turn: short here.
+SHORT_LEASE = {"CHAT_AGENT_LEASE_SECONDS": "3"}
 
 
 async def test_turn_survives_a_dropped_socket_and_resume_has_no_gaps(server, fake_anthropic):
@@ -115,7 +117,7 @@ async def test_sigterm_aborts_the_running_turn_cleanly(make_server, tmp_path, fa
 
 async def _after_the_dead_lease(server, conversation_id: str) -> tuple[object, dict]:
     """A socket on the restarted server once the dead process's turn is closed: its lease
-    has to expire first (nothing tells a dead owner from a stalled one sooner), ~10 s."""
+    has to expire first (nothing tells a dead owner from a stalled one sooner)."""
     ws, snapshot = await connect(server, conversation_id)
     if snapshot["running"]:
         await until(ws, "done", timeout=20)
@@ -126,13 +128,13 @@ async def _after_the_dead_lease(server, conversation_id: str) -> tuple[object, d
 
 async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_path, fake_anthropic):
     data = tmp_path / "data"
-    server = make_server(data)
+    server = make_server(data, **SHORT_LEASE)
     ws, session = await connect(server)
     fake_anthropic.enqueue(SLOW)
     await send(ws, type="message", content="go")
     seen = [await recv(ws) for _ in range(6)]
     server.stop(signal.SIGKILL)
-    server = make_server(data)
+    server = make_server(data, **SHORT_LEASE)
     ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     assert snapshot["running"] is False
     reply = snapshot["messages"][-1]
@@ -150,7 +152,7 @@ async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_pa
 
 async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake_anthropic, fake_exa):
     data = tmp_path / "data"
-    server = make_server(data)
+    server = make_server(data, **SHORT_LEASE)
     ws, session = await connect(server)
     fake_exa.delay = 30
     try:
@@ -160,7 +162,7 @@ async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake
         server.stop(signal.SIGKILL)
     finally:
         fake_exa.delay = 0.0
-    server = make_server(data)
+    server = make_server(data, **SHORT_LEASE)
     ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     call = snapshot["messages"][-1]["toolCalls"][0]
     assert call["isError"] is True and call["duration"] is not None
