@@ -25,22 +25,27 @@ shared store and the bus cost little. Ratios are measured in one run.
    Frames/s stays near sessions × 20 (the server merges each ~50 ms of deltas into a frame)
    whatever the speed, so reply text per second is judged as well (≥ 0.8×); both set-ups
    must deliver the same text.
-2. Cross-instance delivery (two-instance set-ups), while BACKGROUND sessions spread over
-   both instances stream without pause (abort_latency.py's background): WATCH
-   conversations, each with a client on A that sends the messages (the turn runs on A) and
-   a client on B that follows it; for every frame both receive (same `seq`), the time from
-   A's client receiving it (about when A committed it: A sends a frame to its own sockets
-   after its commit) to B's client receiving it. Both clients live in this process: one
-   clock. Target p99 ≤ 50 ms. B must receive every frame A's client did.
+2. Cross-instance delivery, while BACKGROUND sessions spread over the set-up's instances
+   stream without pause (abort_latency.py's background): WATCH conversations, each with a
+   client on A that sends the messages (the turn runs on A) and a client on B that follows
+   it; for every frame both receive (same `seq`), the time from A's client receiving it
+   (about when A committed it: A sends a frame to its own sockets after its commit) to B's
+   client receiving it. Both clients live in this process: one clock. Target p99 ≤ 50 ms.
+   B must receive every frame A's client did.
 3. Abort sent on B, same background: a turn started by a client on A streams slowly
    (abort_latency.py's slow-stream and steady-stream), a client on B waits for its first
    `content_chunk`, 0-50 ms more, sends `abort`; time until B receives `done` (stopReason
-   `aborted`; A's client gets the same `done`). Target p99 ≤ 150 ms. A ping on an idle
-   socket of B is timed meanwhile, for reference.
+   `aborted`; A's client gets the same `done`). Target p99 ≤ 150 ms. Also shown: the time
+   until A's client got `done` (forwarding and stopping, without the way back to B); aborts
+   sent on A itself, the owner (`--local-aborts`, after the others); a ping on an idle socket
+   of B meanwhile: how long the busy instance takes to answer anything.
+2-3 run on sqlite×1 first (both clients on the one instance), as the reference under the
+same load on the same machine, shown beside the others and not judged.
 
 At the end each server's log is searched for warnings and errors, which are printed.
 Ratios: frames/s and text/s sqlite-relative (higher is better), first-text p50 ratio,
 delivery p99 / 50 ms, abort p99 / 150 ms. Exit status 0 when every verdict passes.
+`--phases throughput` or `--phases across` runs one part alone (to profile it).
 
     python bench/instances.py [--quick] [--sessions 100] [--words 1000] [--no-redis]
 """
@@ -68,8 +73,8 @@ from typing import Any
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, ChatServer, FakeAnthropicProcess, drive, median, ms, pct, recv_json,  # noqa: E402
-                     run, send_message, verdict, ws_connect)
+from _common import (ROOT, ChatServer, FakeAnthropicProcess, drive, median, ms, pct, proc_cpu,  # noqa: E402
+                     recv_json, run, send_message, verdict, ws_connect)
 from abort_latency import BACKGROUND, CASES, ping_forever, stream_forever  # noqa: E402
 
 import psutil  # noqa: E402
@@ -139,6 +144,18 @@ def service_cpu(names: tuple[str, ...]) -> float:
                 t = proc.cpu_times()
                 total += t.user + t.system
     return total
+
+
+async def settle(pids: list[int], timeout: float = 15.0) -> None:
+    """Waits until these servers are idle (below 10% of a core over 0.5 s): turns whose
+    sockets closed run on to their end, titles are made, leases given back; what one
+    measurement leaves running must not weigh on the next."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = sum(proc_cpu(pid) for pid in pids)
+        await asyncio.sleep(0.5)
+        if sum(proc_cpu(pid) for pid in pids) - before < 0.05 * len(pids):
+            return
 
 
 @dataclass
@@ -239,6 +256,7 @@ async def throughput(setups: list[Setup], fake: FakeAnthropicProcess, args: argp
         text = content + (f" [[slow {args.paced_ms / 1000 * EVENTS_PER_SLOW:g}]]" if mode == "paced" else "")
         print(f"  {args.sessions} sessions, {mode} upstream, {text}:")
         for setup in (setups if i % 2 == 0 else setups[::-1]):  # alternate, so drift hits every one
+            await settle([pid for s in setups for pid in s.pids])
             db0 = service_cpu(("postgres", "redis-server"))
             r = await drive(setup.urls, setup.pids, fake.pid, args.sessions, text, titled=True)
             results[mode, setup.name] = r
@@ -325,9 +343,15 @@ async def watch(a: str, b: str, turns: int, into: Delivery) -> None:
                 await ws.close()
 
 
-async def abort_on_b(a: str, b: str, case: str, rng: random.Random) -> float:
-    """A turn started on A, aborted by a client on B: seconds from sending `abort` on B to
-    B's `done`."""
+@dataclass
+class Aborted:
+    sender: float  # seconds from sending `abort` to `done` on the socket that sent it
+    owner: float  # ... to `done` on A's socket (A runs the turn): forwarding and stopping, without delivery
+
+
+async def abort_cycle(a: str, b: str, case: str, rng: random.Random, on: str = "B") -> Aborted:
+    """A turn started by a client on A, followed by a client on B; `abort` sent on B (or, for
+    reference, on A) once B got its first `content_chunk`, 0-50 ms later."""
     prompt, trigger = ABORT_CASES[case]
     ws_a, session = await open_socket(a)
     ws_b = None
@@ -342,33 +366,53 @@ async def abort_on_b(a: str, b: str, case: str, rng: random.Random) -> float:
                 raise RuntimeError(f"{case}: turn ended before the abort: {frame}")
         await asyncio.sleep(rng.uniform(0, 0.05))
         t0 = time.perf_counter()
-        await ws_b.send(json.dumps({"type": "abort"}))
-        done_b = await read_until_done(ws_b, timeout=10)
-        latency = time.perf_counter() - t0
-        if done_b["stopReason"] != "aborted":
-            raise RuntimeError(f"{case}: done on B with stopReason {done_b['stopReason']!r}")
-        done_a = await read_until_done(ws_a, timeout=10)
-        if done_a["seq"] != done_b["seq"]:
-            raise RuntimeError(f"{case}: A's done {done_a} is not B's {done_b}")
-        return latency
+        await (ws_b if on == "B" else ws_a).send(json.dumps({"type": "abort"}))
+
+        async def done(ws: Any) -> tuple[dict, float]:
+            frame = await read_until_done(ws, timeout=10)
+            return frame, time.perf_counter() - t0
+
+        (done_a, at_a), (done_b, at_b) = await asyncio.gather(done(ws_a), done(ws_b))
+        if done_b["stopReason"] != "aborted" or done_a["seq"] != done_b["seq"]:
+            raise RuntimeError(f"{case}: done on A {done_a}, on B {done_b}")
+        return Aborted(sender=at_b if on == "B" else at_a, owner=at_a)
     finally:
         for ws in (ws_a, ws_b):
             if ws is not None:
                 await ws.close()
 
 
-async def across(setup: Setup, args: argparse.Namespace) -> tuple[Delivery, dict[str, list[float]], list[float], int]:
+@dataclass
+class Across:
+    delivery: Delivery
+    aborts: dict[str, list[Aborted]]  # sent on B, by case
+    local: list[Aborted]  # sent on A, the owner: for reference
+    pings: list[float]
+    background_turns: int
+    wall: float  # seconds measured (delivery and aborts, background running)
+    cpu: dict[str, float]  # CPU seconds meanwhile: A, B, fake, client, postgres+redis
+
+
+async def across(setup: Setup, fake: FakeAnthropicProcess, args: argparse.Namespace) -> Across:
     """Delivery and aborts across the set-up's two instances, under background streaming."""
-    a, b = setup.urls[:2]
+    a, b = setup.urls[0], setup.urls[-1]  # one instance: both clients on it (the reference)
     counts: list[int] = []
     started = asyncio.Event()
-    background = [asyncio.create_task(stream_forever(setup.urls[i % 2], counts, started, args.background))
+    background = [asyncio.create_task(stream_forever(setup.urls[i % len(setup.urls)], counts, started, args.background))
                   for i in range(args.background)]
     pinger = None
+
+    def cpu() -> dict[str, float]:
+        servers = {"A": proc_cpu(setup.pids[0]), "B": proc_cpu(setup.pids[-1])} if len(setup.pids) == 2 else \
+            {"server": proc_cpu(setup.pids[0])}
+        return {**servers, "fake": proc_cpu(fake.pid),
+                "client": time.process_time(), "postgres+redis": service_cpu(("postgres", "redis-server"))}
+
     try:
         if background:
             await asyncio.wait_for(started.wait(), 60)
             await asyncio.sleep(1.0)  # every background stream under way
+        cpu0, t0 = cpu(), time.perf_counter()
         delivery = Delivery()
         await asyncio.gather(*(watch(a, b, args.watch_turns, delivery) for _ in range(args.watch)))
         pings: list[float] = []
@@ -377,48 +421,75 @@ async def across(setup: Setup, args: argparse.Namespace) -> tuple[Delivery, dict
         names = list(ABORT_CASES)
         for i in range(args.aborts):
             jobs.put_nowait(names[i % len(names)])
-        aborts: dict[str, list[float]] = {name: [] for name in names}
+        aborts: dict[str, list[Aborted]] = {name: [] for name in names}
+        local: list[Aborted] = []
 
         async def worker(seed: int) -> None:
             rng = random.Random(seed)
             while not jobs.empty():
                 case = jobs.get_nowait()
-                aborts[case].append(await abort_on_b(a, b, case, rng))
+                if case.startswith("A:"):
+                    local.append(await abort_cycle(a, b, case[2:], rng, on="A"))
+                else:
+                    aborts[case].append(await abort_cycle(a, b, case, rng))
 
         for case in names:  # warm-up, one of each, not counted
-            await abort_on_b(a, b, case, random.Random(0))
+            await abort_cycle(a, b, case, random.Random(0))
         await asyncio.gather(*(worker(seed) for seed in range(args.concurrency)))
+        for i in range(args.local_aborts):  # then the reference, under the same load
+            jobs.put_nowait("A:" + names[i % len(names)])
+        await asyncio.gather(*(worker(100 + seed) for seed in range(args.concurrency)))
+        wall, cpu1 = time.perf_counter() - t0, cpu()
         for task in background:
             if task.done() and task.exception() is not None:
                 raise RuntimeError(f"a background session failed: {task.exception()!r}")
-        return delivery, aborts, pings, sum(counts)
+        return Across(delivery, aborts, local, pings, sum(counts), wall, {k: cpu1[k] - cpu0[k] for k in cpu0})
     finally:
         for task in [*background, *([pinger] if pinger else [])]:
             task.cancel()
         await asyncio.gather(*background, *([pinger] if pinger else []), return_exceptions=True)
+        await settle(setup.pids)  # the background turns run on to their end without their sockets
 
 
-def judge_across(setup: Setup, delivery: Delivery, aborts: dict[str, list[float]], pings: list[float],
-                 background_turns: int, args: argparse.Namespace) -> bool:
+def judge_across(setup: Setup, r: Across, args: argparse.Namespace, ref: Across | None) -> bool:
+    """Prints the figures; judges a two-instance set-up (`ref`: the single SQLite instance's,
+    shown beside them), not the reference itself."""
     name = setup.label
-    lat = delivery.latencies
-    print(f"  {name}: while {args.background} sessions streamed {BACKGROUND} over both instances "
-          f"({background_turns} background turns finished)")
-    print(f"    delivery A -> B: {len(lat)} frames of {delivery.turns} turns ({args.watch} conversations, {WATCH}): "
-          f"p50 {ms(median(lat))}  p90 {ms(pct(lat, 90))}  p99 {ms(pct(lat, 99))}  max {ms(max(lat))}  "
-          f"min {ms(min(lat))}; missing on B: {delivery.missing}")
-    everything = [t for values in aborts.values() for t in values]
-    for case, values in aborts.items():
-        print(f"    abort on B, {case:13s} n={len(values):3d}  p50 {ms(median(values))}  p90 {ms(pct(values, 90))}  "
-              f"p99 {ms(pct(values, 99))}  max {ms(max(values))}")
-    print(f"    abort on B, all           n={len(everything):3d}  p50 {ms(median(everything))}  "
-          f"p99 {ms(pct(everything, 99))}")
-    if pings:
-        print(f"    for reference, a ping on B meanwhile: n={len(pings)}  p50 {ms(median(pings))}  "
-              f"p99 {ms(pct(pings, 99))}  max {ms(max(pings))}")
-    ok = delivery.missing == 0
+    lat = r.delivery.latencies
+    where = "both instances" if len(setup.servers) == 2 else "the instance (clients 'A' and 'B' both on it)"
+    print(f"  {name}: while {args.background} sessions streamed {BACKGROUND} over {where} "
+          f"({r.background_turns} background turns finished)")
+    print(f"    delivery A -> B: {len(lat)} frames of {r.delivery.turns} turns ({args.watch} conversations, "
+          f"{WATCH}): p50 {ms(median(lat))}  p90 {ms(pct(lat, 90))}  p99 {ms(pct(lat, 99))}  max {ms(max(lat))}  "
+          f"min {ms(min(lat))}; missing on B: {r.delivery.missing}")
+    def line(label: str, values: list[float]) -> str:
+        return (f"{label} n={len(values):3d}  p50 {ms(median(values))}  p90 {ms(pct(values, 90))}  "
+                f"p99 {ms(pct(values, 99))}  max {ms(max(values))}")
+
+    for case, values in r.aborts.items():
+        print(line(f"    abort on B, {case:13s}", [x.sender for x in values]))
+    sent_on_b = [x for values in r.aborts.values() for x in values]
+    everything = [x.sender for x in sent_on_b]
+    print(line("    abort on B, all          ", everything))
+    print(line("      of which, until done on A (the owner: forwarded and stopped, not yet delivered to B)",
+               [x.owner for x in sent_on_b]))
+    if r.local:
+        print(line("    for reference, abort sent on A (the owner), done on A", [x.owner for x in r.local]))
+    if r.pings:
+        print(f"    for reference, a ping on B meanwhile: n={len(r.pings)}  p50 {ms(median(r.pings))}  "
+              f"p99 {ms(pct(r.pings, 99))}  max {ms(max(r.pings))}")
+    print(f"    CPU over the {r.wall:.1f} s measured: " + ", ".join(f"{k} {v:.1f} s ({v / r.wall:.0%})"
+                                                               for k, v in r.cpu.items()))
+    if ref is not None:
+        p99_ref = pct([x.sender for values in ref.aborts.values() for x in values], 99)
+        print(f"    beside sqlite×1 under the same load: abort p99 {pct(everything, 99) / p99_ref:.2f}×, ping on B p50 "
+              f"{median(r.pings) / median(ref.pings):.2f}×")
+    ok = r.delivery.missing == 0
+    if len(setup.servers) == 1:
+        print(f"  {name}: the reference (both clients on the one instance), not judged")
+        return ok
     if not ok:
-        print(f"  {name}: FAIL: {delivery.missing} frames never reached B")
+        print(f"  {name}: FAIL: {r.delivery.missing} frames never reached B")
     ok = verdict(f"  {name}: delivery p99 / {DELIVERY_S * 1000:.0f} ms", pct(lat, 99) / DELIVERY_S, 1.0,
                  higher_is_better=False) and ok
     return verdict(f"  {name}: abort on B p99 / {ABORT_S * 1000:.0f} ms", pct(everything, 99) / ABORT_S, 1.0,
@@ -443,14 +514,18 @@ async def main_async(args: argparse.Namespace) -> bool:
         print("  " + "; ".join(f"{s.label}: pids {' '.join(map(str, s.pids))}" for s in setups)
               + f"; fake pid {fake.pid}")
         started = time.perf_counter()
-        print(f"\n1. throughput ({time.strftime('%H:%M:%S')})")
-        results = await throughput(setups, fake, args)
-        ok = judge_throughput(results, setups, args.modes) and ok
-        print(f"\n2-3. across instances: delivery A -> B, abort sent on B ({time.strftime('%H:%M:%S')})")
-        for setup in (s for s in setups[1:] if len(s.servers) == 2):
-            print(f"  ({time.strftime('%H:%M:%S')})")
-            delivery, aborts, pings, turns = await across(setup, args)
-            ok = judge_across(setup, delivery, aborts, pings, turns, args) and ok
+        if "throughput" in args.phases:
+            print(f"\n1. throughput ({time.strftime('%H:%M:%S')})")
+            results = await throughput(setups, fake, args)
+            ok = judge_throughput(results, setups, args.modes) and ok
+        if "across" in args.phases:
+            print("\n2-3. across instances: delivery A -> B, abort sent on B")
+            ref = None
+            for setup in (s for s in setups if s.judged):  # sqlite×1 first: the reference
+                print(f"  ({time.strftime('%H:%M:%S')})")
+                r = await across(setup, fake, args)
+                ok = judge_across(setup, r, args, ref) and ok
+                ref = ref or r
         print(f"\nmeasured in {time.perf_counter() - started:.0f} s; load average now "
               f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     smoke = " (--quick: a smoke run, too small to judge the targets)" if args.quick else ""
@@ -460,6 +535,8 @@ async def main_async(args: argparse.Namespace) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", type=lambda s: s.split(","), default=["throughput", "across"],
+                        help="which measurements: throughput,across (both; one alone for profiling)")
     parser.add_argument("--quick", action="store_true", help="small numbers, for a smoke run")
     parser.add_argument("--sessions", type=int, help="streaming sessions in the throughput runs (100)")
     parser.add_argument("--words", type=int, help="[[long WORDS]] per session in the throughput runs (1000)")
@@ -467,17 +544,20 @@ def main() -> int:
     parser.add_argument("--paced-ms", type=float, default=2.0, help="gap between SSE events when paced")
     parser.add_argument("--background", type=int, help="sessions streaming during delivery and aborts (50)")
     parser.add_argument("--watch", type=int, help="conversations followed across instances (10)")
-    parser.add_argument("--watch-turns", type=int, help="turns each followed conversation runs (3)")
-    parser.add_argument("--aborts", type=int, help="aborts sent on B (60)")
+    parser.add_argument("--watch-turns", type=int, help="turns each followed conversation runs (2)")
+    parser.add_argument("--aborts", type=int, help="aborts sent on B (40)")
+    parser.add_argument("--local-aborts", type=int, help="aborts sent on the owner A, for reference (12)")
     parser.add_argument("--concurrency", type=int, help="aborts at a time (4)")
     parser.add_argument("--no-redis", action="store_true", help="skip the variant with the bus over Redis")
     parser.add_argument("--no-single-pg", dest="single_pg", action="store_false",
                         help="skip the reference run on one PostgreSQL instance")
     parser.add_argument("--keep", metavar="DIR", help="keep the servers' data and logs in DIR")
     args = parser.parse_args()
-    defaults = (dict(sessions=10, words=200, background=6, watch=2, watch_turns=1, aborts=8, concurrency=2)
+    defaults = (dict(sessions=10, words=200, background=6, watch=2, watch_turns=1, aborts=8, local_aborts=4,
+                     concurrency=2)
                 if args.quick else
-                dict(sessions=100, words=1000, background=50, watch=10, watch_turns=3, aborts=60, concurrency=4))
+                dict(sessions=100, words=1000, background=50, watch=10, watch_turns=2, aborts=40, local_aborts=12,
+                     concurrency=4))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
