@@ -31,7 +31,10 @@ shared store and the bus cost little. Ratios are measured in one run.
    it; for every frame both receive (same `seq`), the time from A's client receiving it
    (about when A committed it: A sends a frame to its own sockets after its commit) to B's
    client receiving it. Both clients live in this process: one clock. Target p99 ≤ 50 ms.
-   B must receive every frame A's client did.
+   B must receive every frame A's client did. Split, for where the time goes, at the moment
+   the frame went by on the bus (BusTap: this process listening with the project's bus
+   client as one more instance would): A's client -> bus (the owner's commit and publish),
+   bus -> B's client (the follower).
 3. Abort sent on B, same background: a turn started by a client on A streams slowly
    (abort_latency.py's slow-stream and steady-stream), a client on B waits for its first
    `content_chunk`, 0-50 ms more, sends `abort`; time until B receives `done` (stopReason
@@ -162,6 +165,8 @@ async def settle(pids: list[int], timeout: float = 15.0) -> None:
 class Setup:
     name: str
     judged: bool = True  # False: printed for reference (where the time goes), not judged
+    database_url: str | None = None  # PostgreSQL's, None for SQLite
+    redis_url: str | None = None
     servers: list[ChatServer] = field(default_factory=list)
 
     @property
@@ -213,7 +218,8 @@ def start_setups(stack: contextlib.ExitStack, fake: FakeAnthropicProcess, tmp: P
                "CHAT_AGENT_S3_BUCKET": bucket, "CHAT_AGENT_S3_ENDPOINT_URL": moto.endpoint_url}
         if name == "redis":
             env["CHAT_AGENT_REDIS_URL"] = REDIS_URL
-        setup = Setup(name, judged=count == 2)
+        setup = Setup(name, judged=count == 2, database_url=env["CHAT_AGENT_DATABASE_URL"],
+                      redis_url=env.get("CHAT_AGENT_REDIS_URL"))
         for _ in range(count):  # one after the other: the first one migrates the fresh schema
             server(setup, env)
         setups.append(setup)
@@ -316,17 +322,47 @@ async def read_until_done(ws: Any, arrivals: dict[int, float] | None = None, tim
 
 @dataclass
 class Delivery:
-    latencies: list[float] = field(default_factory=list)
+    latencies: list[float] = field(default_factory=list)  # A's client -> B's client
+    # Split at the moment the frame went by on the bus (see BusTap): A's client -> bus, bus -> B's client
+    published: list[float] = field(default_factory=list)
+    delivered: list[float] = field(default_factory=list)
     missing: int = 0  # frames A's client got and B's did not
     turns: int = 0
 
 
-async def watch(a: str, b: str, turns: int, into: Delivery) -> None:
+class BusTap:
+    """This process on the set-up's bus as one more instance would be (the project's own bus
+    client, listening only): when each committed frame went by. It splits a delivery into
+    the owner's side (commit, publish) and the follower's (receive, hand to its sockets)."""
+
+    def __init__(self, database_url: str, redis_url: str | None):
+        from chat_agent.sessions.bus import create_bus
+
+        self.bus = create_bus(f"bench-tap-{secrets.token_hex(4)}", database_url, redis_url)
+        self.seen: dict[tuple[str, int], float] = {}
+
+    async def __aenter__(self) -> "BusTap":
+        from chat_agent.sessions.bus import Handlers
+
+        await self.bus.start(Handlers(frames=self._frames))
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.bus.close()
+
+    def _frames(self, conversation_id: str, frames: list) -> None:
+        now = time.perf_counter()
+        for seq, *_ in frames:
+            self.seen.setdefault((conversation_id, seq), now)
+
+
+async def watch(a: str, b: str, turns: int, into: Delivery, tap: BusTap | None) -> None:
     """A conversation whose turns run on A (its client sends them), followed by a client on B."""
     ws_a, session = await open_socket(a)
+    cid = session["conversationId"]
     ws_b = None
     try:
-        ws_b, _ = await open_socket(b, session["conversationId"])
+        ws_b, _ = await open_socket(b, cid)
         for _ in range(turns):
             on_a: dict[int, float] = {}
             on_b: dict[int, float] = {}
@@ -335,6 +371,11 @@ async def watch(a: str, b: str, turns: int, into: Delivery) -> None:
             if done_a["seq"] != done_b["seq"] or done_a["stopReason"] != "end_turn":
                 raise RuntimeError(f"A ended with {done_a}, B with {done_b}")
             into.latencies += [on_b[seq] - at for seq, at in on_a.items() if seq in on_b]
+            if tap is not None:
+                both = [(at, tap.seen[cid, seq], on_b[seq]) for seq, at in on_a.items()
+                        if seq in on_b and (cid, seq) in tap.seen]
+                into.published += [bus - at for at, bus, _ in both]
+                into.delivered += [at_b - bus for _, bus, at_b in both]
             into.missing += len(on_a.keys() - on_b.keys())
             into.turns += 1
     finally:
@@ -414,7 +455,10 @@ async def across(setup: Setup, fake: FakeAnthropicProcess, args: argparse.Namesp
             await asyncio.sleep(1.0)  # every background stream under way
         cpu0, t0 = cpu(), time.perf_counter()
         delivery = Delivery()
-        await asyncio.gather(*(watch(a, b, args.watch_turns, delivery) for _ in range(args.watch)))
+        async with contextlib.AsyncExitStack() as taps:
+            tap = await taps.enter_async_context(BusTap(setup.database_url, setup.redis_url)) \
+                if setup.database_url else None
+            await asyncio.gather(*(watch(a, b, args.watch_turns, delivery, tap) for _ in range(args.watch)))
         pings: list[float] = []
         pinger = asyncio.create_task(ping_forever(b, pings))
         jobs: asyncio.Queue[str] = asyncio.Queue()
@@ -462,6 +506,11 @@ def judge_across(setup: Setup, r: Across, args: argparse.Namespace, ref: Across 
     print(f"    delivery A -> B: {len(lat)} frames of {r.delivery.turns} turns ({args.watch} conversations, "
           f"{WATCH}): p50 {ms(median(lat))}  p90 {ms(pct(lat, 90))}  p99 {ms(pct(lat, 99))}  max {ms(max(lat))}  "
           f"min {ms(min(lat))}; missing on B: {r.delivery.missing}")
+    for label, values in (("A's client -> on the bus", r.delivery.published),
+                          ("on the bus -> B's client", r.delivery.delivered)):
+        if values:
+            print(f"      {label}: p50 {ms(median(values))}  p90 {ms(pct(values, 90))}  p99 {ms(pct(values, 99))}  "
+                  f"max {ms(max(values))}")
     def line(label: str, values: list[float]) -> str:
         return (f"{label} n={len(values):3d}  p50 {ms(median(values))}  p90 {ms(pct(values, 90))}  "
                 f"p99 {ms(pct(values, 99))}  max {ms(max(values))}")
