@@ -206,3 +206,87 @@ def proc_cpu(pid: int) -> float:
     import psutil
     t = psutil.Process(pid).cpu_times()
     return t.user + t.system
+
+
+# ---- streaming sessions (relay.py, instances.py) ------------------------------------------
+
+async def stream_turn(ws: Any, content: str) -> dict[str, Any]:
+    """Sends one message and reads up to `done`: its text, frames and arrival times."""
+    t0 = time.perf_counter()
+    await ws.send(send_message(content))
+    arrivals: list[tuple[float, int]] = []  # (seconds after sending, characters)
+    frames = 0
+    while True:
+        frame = json.loads(await asyncio.wait_for(ws.recv(), 120))
+        frames += 1
+        kind = frame["type"]
+        if kind == "content_chunk":
+            arrivals.append((time.perf_counter() - t0, len(frame["content"])))
+        elif kind == "done":
+            return {"end": time.perf_counter() - t0, "arrivals": arrivals, "frames": frames,
+                    "text_frames": len(arrivals), "chars": sum(n for _, n in arrivals)}
+        elif kind == "error":
+            raise RuntimeError(f"server error frame: {frame}")
+
+
+def half_time(turn: dict[str, Any]) -> float:
+    """Seconds from sending until half of the turn's reply text had arrived."""
+    half, seen = turn["chars"] / 2, 0
+    for at, n in turn["arrivals"]:
+        seen += n
+        if seen >= half:
+            return at
+    return turn["end"]
+
+
+def late_share(turn: dict[str, Any]) -> float:
+    """The share of the turn's reply text that arrived in its last 100 ms."""
+    late = sum(n for at, n in turn["arrivals"] if at >= turn["end"] - 0.1)
+    return late / max(1, turn["chars"])
+
+
+async def until_title(ws: Any) -> bool:
+    """Whether the conversation got its title (a title call the fake could not answer in
+    time must not end the benchmark: the session is measured all the same)."""
+    try:
+        while json.loads(await asyncio.wait_for(ws.recv(), 20))["type"] != "title":
+            pass
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
+async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, sessions: int, content: str,
+                titled: bool) -> dict[str, Any]:
+    """`sessions` sockets, each on a new conversation, spread round robin over `urls`: one
+    warm-up turn each (and, if `titled`, its title), then one timed turn each, all at once.
+    CPU is summed over `server_pids`."""
+    sockets = []
+    for i in range(sessions):
+        ws = await ws_connect(urls[i % len(urls)])
+        json.loads(await ws.recv())  # session
+        sockets.append(ws)
+    await asyncio.gather(*(stream_turn(ws, "[[long 50]]") for ws in sockets))  # warm-up
+    if titled:  # the first exchange names the conversation in the background: not part of the stream
+        titled_sessions = sum(await asyncio.gather(*(until_title(ws) for ws in sockets)))
+        if titled_sessions < sessions:
+            print(f"    ({sessions - titled_sessions} sessions got no title within 20 s)")
+
+    def server_cpu() -> float:
+        return sum(proc_cpu(pid) for pid in server_pids)
+
+    cpu0, fake0, client0, t0 = server_cpu(), proc_cpu(fake_pid), time.process_time(), time.perf_counter()
+    turns = await asyncio.gather(*(stream_turn(ws, content) for ws in sockets))
+    elapsed = time.perf_counter() - t0
+    cpu, client = server_cpu() - cpu0, time.process_time() - client0
+    fake_cpu = proc_cpu(fake_pid) - fake0
+    for ws in sockets:
+        await ws.close()
+    chars = sum(t["chars"] for t in turns)
+    frames = sum(t["frames"] for t in turns)
+    return {"chars": chars, "per_session": {t["chars"] for t in turns}, "elapsed": elapsed,
+            "text_frames": sum(t["text_frames"] for t in turns), "frames": frames,
+            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu,
+            "first": median([t["arrivals"][0][0] for t in turns]), "half": median([half_time(t) for t in turns]),
+            "late": median([late_share(t) for t in turns]), "throughput": chars / elapsed,
+            "frames_per_s": frames / elapsed}

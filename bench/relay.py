@@ -28,17 +28,13 @@ turn, and server, fake and client CPU.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (PY, ChatServer, Child, FakeAnthropicProcess, free_port, median, proc_cpu,  # noqa: E402
-                     send_message, run, verdict, ws_connect)
+from _common import PY, ChatServer, Child, FakeAnthropicProcess, drive, free_port, run, verdict  # noqa: E402
 
 THROUGHPUT, LATENCY = 0.8, 1.2
 EVENTS_PER_SLOW = 46  # the fake spreads `[[slow S]]` over this many event gaps (tests/fakes)
@@ -54,76 +50,6 @@ class Bare(Child):
     @property
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/api/chat-agent"
-
-
-async def _turn(ws, content: str) -> dict:
-    """Sends one message and reads up to `done`: its text, frames and arrival times."""
-    t0 = time.perf_counter()
-    await ws.send(send_message(content))
-    arrivals: list[tuple[float, int]] = []  # (seconds after sending, characters)
-    frames = 0
-    while True:
-        frame = json.loads(await asyncio.wait_for(ws.recv(), 120))
-        frames += 1
-        kind = frame["type"]
-        if kind == "content_chunk":
-            arrivals.append((time.perf_counter() - t0, len(frame["content"])))
-        elif kind == "done":
-            return {"end": time.perf_counter() - t0, "arrivals": arrivals, "frames": frames,
-                    "text_frames": len(arrivals), "chars": sum(n for _, n in arrivals)}
-        elif kind == "error":
-            raise RuntimeError(f"server error frame: {frame}")
-
-
-def _half_time(turn: dict) -> float:
-    half, seen = turn["chars"] / 2, 0
-    for at, n in turn["arrivals"]:
-        seen += n
-        if seen >= half:
-            return at
-    return turn["end"]
-
-
-def _late_share(turn: dict) -> float:
-    late = sum(n for at, n in turn["arrivals"] if at >= turn["end"] - 0.1)
-    return late / max(1, turn["chars"])
-
-
-async def _until_title(ws) -> bool:
-    """Whether the conversation got its title (a title call the fake could not answer in
-    time must not end the benchmark: the session is measured all the same)."""
-    try:
-        while json.loads(await asyncio.wait_for(ws.recv(), 20))["type"] != "title":
-            pass
-    except asyncio.TimeoutError:
-        return False
-    return True
-
-
-async def drive(url: str, server_pid: int, fake_pid: int, sessions: int, content: str, titled: bool) -> dict:
-    sockets = []
-    for _ in range(sessions):
-        ws = await ws_connect(url)
-        json.loads(await ws.recv())  # session
-        sockets.append(ws)
-    await asyncio.gather(*(_turn(ws, "[[long 50]]") for ws in sockets))  # warm-up
-    if titled:  # the first exchange names the conversation in the background: not part of the stream
-        titled_sessions = sum(await asyncio.gather(*(_until_title(ws) for ws in sockets)))
-        if titled_sessions < sessions:
-            print(f"    ({sessions - titled_sessions} sessions got no title within 20 s)")
-    cpu0, fake0, client0, t0 = proc_cpu(server_pid), proc_cpu(fake_pid), time.process_time(), time.perf_counter()
-    turns = await asyncio.gather(*(_turn(ws, content) for ws in sockets))
-    elapsed = time.perf_counter() - t0
-    cpu, client = proc_cpu(server_pid) - cpu0, time.process_time() - client0
-    fake_cpu = proc_cpu(fake_pid) - fake0
-    for ws in sockets:
-        await ws.close()
-    chars = sum(t["chars"] for t in turns)
-    return {"chars": chars, "per_session": {t["chars"] for t in turns}, "elapsed": elapsed,
-            "text_frames": sum(t["text_frames"] for t in turns), "frames": sum(t["frames"] for t in turns),
-            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu,
-            "first": median([t["arrivals"][0][0] for t in turns]), "half": median([_half_time(t) for t in turns]),
-            "late": median([_late_share(t) for t in turns]), "throughput": chars / elapsed}
 
 
 def report(name: str, r: dict) -> None:
@@ -154,7 +80,8 @@ async def main_async(args: argparse.Namespace) -> bool:
                 results = {}
                 for name in (("bare", "ours") if i % 2 == 0 else ("ours", "bare")):  # alternate, so drift hits both
                     server = servers[name]
-                    results[name] = await drive(server.ws_url, server.pid, fake.pid, sessions, content, name == "ours")
+                    results[name] = await drive([server.ws_url], [server.pid], fake.pid, sessions, content,
+                                                  name == "ours")
                     report(name, results[name])
                 ok = judge(results["bare"], results["ours"], f"{sessions} {mode}") and ok
         finally:
