@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404  # the conversation is gone
 CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
-MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
 CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
 GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
                   "to see what was kept.")
@@ -457,9 +456,7 @@ class Hub:
         whoever holds that scope's state in memory has brought it back in line."""
         live = self._live.get(scope)
         if live is None:
-            if scope.startswith(MEMORIES_SCOPE):
-                self.memories.forget(scope.removeprefix(MEMORIES_SCOPE))
-            self.writer.reopen(scope)  # nothing else in memory builds on it
+            self.writer.reopen(scope)  # nothing in memory builds on it (memories are read per use)
         elif live.writes_lost():
             self._spawn(self._writes_failed(live), f"bring-back:{scope}")
 

@@ -95,7 +95,7 @@ class ConversationJobs:
             result = await reflect(self._model, model_name=self._settings.small_model, memories=memories,
                                    transcript=transcript,
                                    artifact=current.content if current else None)
-            if result is not None:
-                self._memories.replace(owner, *result)
+            if result is not None:  # merged with what changed meanwhile, if anything did
+                await self._memories.revise(owner, memories, *result)
         finally:
             self._conversations.release(live)
