@@ -177,7 +177,7 @@ async def test_an_upload_on_one_instance_is_read_on_another(instances):
     for server in (a, b):
         status, health = server.get("/health")
         assert health["storage"] == "postgresql" and health["files"]["storage"] == "s3"
-        assert health["instance"]["bus"] in ("postgresql", "redis")
+        assert health["instance"]["bus"] in ("postgresql", "redis") and health["instance"]["jobs"] == "postgresql"
     assert a.get("/health")[1]["instance"]["id"] != b.get("/health")[1]["instance"]["id"]
     status, body = _upload(a, b"hello from instance A\n", "note.txt")
     assert status in (200, 201), body
