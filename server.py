@@ -86,6 +86,10 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, trace
 def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry) -> int:
     logging.basicConfig(level=os.environ.get("CHAT_AGENT_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level > logging.DEBUG:
+        # The job queue's two lines per job (started, ended) are for debugging; a job that
+        # fails is logged by us, and procrastinate's own trouble is a warning or worse.
+        logging.getLogger("procrastinate").setLevel(logging.WARNING)
     try:
         settings = Settings.from_env()
     except ConfigError as exc:

@@ -108,6 +108,7 @@ async def test_http_routes(server, fake_anthropic):
     status, health = server.get("/health")
     assert status == 200 and health["status"] == "ok"
     assert {"name": "web_search", "enabled": True} in health["tools"]
+    assert health["instance"]["jobs"] == "local"  # on SQLite, background jobs wait in the process
     status, schema = server.get("/api/protocol")
     assert status == 200
     server_types = {s["properties"]["type"]["const"] for s in schema["$defs"].values()  # one document (1.1)

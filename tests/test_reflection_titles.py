@@ -148,12 +148,12 @@ async def test_reflect_tool_through_the_registry(tmp_path):
     writer.start()
     try:
         book = MemoryBook(store, writer)
-        await book.load("alice")
-        book.add("alice", ["Use British spelling."], [])
+        await book.add("alice", ["Use British spelling."], [])
         registry = ToolRegistry()
         registry.add(reflect_tool.build(Settings()))
+        alice = book.for_user("alice", await book.load("alice"))  # as a turn reads them at its start
 
-        async def run(tool_input: dict, memory=book.for_user("alice")):
+        async def run(tool_input: dict, memory=alice):
             return await registry.run("toolu_1", "reflect", tool_input, conversation_id="c", owner="alice",
                                       on_progress=lambda *a: None, services=ToolServices(memory=memory))
 

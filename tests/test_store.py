@@ -38,6 +38,7 @@ from chat_agent.store import (
     UpsertHistoryItem,
     create_store,
 )
+from chat_agent.store import schema
 from chat_agent.store.writes import plan
 from tests import pg
 from tests.stores import Backend
@@ -386,7 +387,8 @@ async def test_survives_close_and_reopen(backend: Backend) -> None:
         assert await _snapshot(store, ALICE) == before
     if backend.name == "sqlite":
         assert backend.sql("PRAGMA journal_mode")[0][0] == "wal"
-    assert backend.sql("SELECT version FROM schema_version ORDER BY version") == [(n,) for n in range(1, 7)]
+    assert backend.sql("SELECT version FROM schema_version ORDER BY version") == [
+        (n,) for n in range(1, schema.SCHEMA_VERSION + 1)]
 
 
 async def _fill_created(store: Store) -> None:

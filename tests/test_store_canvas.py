@@ -4,6 +4,7 @@ database made by schema version 1 (PostgreSQL's upgrades: test_store_pg.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -201,6 +202,50 @@ async def test_memories_are_per_owner(store: Store, backend: Backend) -> None:
     # Memories outlive conversations: deleting one does not touch them.
     await store.apply([SetMemories(ALICE, memories("a")), DeleteConversation(ALICE, "c1")])
     assert await store.get_memories(ALICE) == memories("a")
+
+
+@pytest.mark.asyncio
+async def test_memories_change_by_compare_and_set(store: Store, backend: Backend) -> None:
+    first = await store.swap_memories(ALICE, memories("a"), None)
+    assert first == memories("a") and first is not None and first.version
+    assert await store.swap_memories(ALICE, memories("b"), None) is None  # some are stored already
+    stored = await store.get_memories(ALICE)
+    assert stored == memories("a") and stored is not None and stored.version == first.version
+    second = await store.swap_memories(ALICE, memories("b", at=2.0), first.version)
+    assert second is not None and second.version not in (None, first.version)
+    assert await store.swap_memories(ALICE, memories("c"), first.version) is None  # stale: written since
+    assert await store.get_memories(ALICE) == memories("b", at=2.0)
+    # An unconditional write and a delete make every version read before them stale too.
+    await store.apply([SetMemories(ALICE, memories("d"))])
+    assert await store.swap_memories(ALICE, memories("e"), second.version) is None
+    third = await store.get_memories(ALICE)
+    assert third is not None and third.version not in (first.version, second.version)
+    await store.apply([DeleteMemories(ALICE)])
+    assert await store.swap_memories(ALICE, memories("e"), third.version) is None
+    assert await store.swap_memories(ALICE, memories("e"), None) == memories("e")
+    assert await store.get_memories(BOB) is None  # per owner
+
+
+@pytest.mark.asyncio
+async def test_concurrent_compare_and_sets_lose_no_update(store: Store, backend: Backend) -> None:
+    """Two stores on one database (two instances), each counting up 15 times by
+    compare-and-set, interleaved: every increment is kept."""
+    async def count_up(on: Store) -> int:
+        conflicts = 0
+        for _ in range(15):
+            while True:
+                current = await on.get_memories(ALICE)
+                n = int(current.content[0]) if current is not None else 0
+                if await on.swap_memories(ALICE, MemoriesRecord([], [str(n + 1)], 1.0),
+                                          current.version if current is not None else None):
+                    break
+                conflicts += 1
+        return conflicts
+
+    async with backend.new() as other:
+        await asyncio.gather(count_up(store), count_up(other), count_up(store))
+    final = await store.get_memories(ALICE)
+    assert final is not None and final.content == ["45"]
 
 
 @pytest.mark.asyncio

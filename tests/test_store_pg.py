@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from chat_agent.store import (AddArtifactVersion, AppendEvents, ArtifactVersionRecord, CreateConversation,
-                              EventRecord, PostgresStore, VersionDelta, schema)
+                              EventRecord, MemoriesRecord, PostgresStore, VersionDelta, schema)
 from chat_agent.store import pg_schema
 from tests import pg
 
@@ -60,6 +60,8 @@ async def test_every_older_version_upgrades_in_place(pg_url: str, old: int) -> N
                          " VALUES ('c1', 'a1', 0, 0)")
         pg.query(pg_url, "INSERT INTO artifact_versions (conversation_id, idx, type, title, content, created_at,"
                          " source) VALUES ('c1', 1, 'text', 'Doc', 'one two three', 1, 'model')")
+        pg.query(pg_url, "INSERT INTO memories (owner, style_rules, content, updated_at)"
+                         " VALUES ($1, '[]', '[\"Old fact.\"]', 1)", (OWNER,))
 
     async with PostgresStore(pg_url) as store:
         assert versions(pg_url) == list(range(1, pg_schema.SCHEMA_VERSION + 1))
@@ -76,6 +78,10 @@ async def test_every_older_version_upgrades_in_place(pg_url: str, old: int) -> N
             index + 1, "text", "Doc", None, "one 2 three", 2.0, "user"), VersionDelta(index, ((4, 7, "2"),)))])
         assert (await store.get_artifact(OWNER, "c1")).current.content == "one 2 three"  # type: ignore[union-attr]
         assert (await store.claim_lease("c1", "me", 30)) is not None
+        if old >= 2:  # memories written before they had a version: compare-and-set over the empty one
+            stored = await store.get_memories(OWNER)
+            assert stored is not None and stored.version == "" and stored.content == ["Old fact."]
+            assert await store.swap_memories(OWNER, MemoriesRecord([], ["New fact."], 2.0), "") is not None
 
 
 async def test_instances_starting_together_migrate_once(pg_url: str) -> None:

@@ -42,7 +42,7 @@ def build(settings: Settings) -> BaseTool:
             raise ValueError("Nothing to remember: give at least one non-empty item in styleRules or facts.")
         memory = ctx.memory
         before = memory.current()
-        after = memory.add(styleRules, facts)
+        after = await memory.add(styleRules, facts)
         return _report(before, after, styleRules, facts), _artifact(after)
 
     return reflect

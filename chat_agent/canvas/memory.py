@@ -1,27 +1,38 @@
-"""A user's durable memories (`{styleRules, content}`): cached per owner, written through the writer.
+"""A user's durable memories (`{styleRules, content}`), read from the store and changed by
+compare-and-set.
 
     book = MemoryBook(store, writer)
-    record = await book.load(owner)        # once per turn, before the sync calls below
-    ctx_memory = book.for_user(owner)      # what the `reflect` tool gets as `ctx.memory`
+    record = await book.load(owner)              # once per turn: one read
+    ctx_memory = book.for_user(owner, record)    # what the `reflect` tool gets as `ctx.memory`
     system_block = render_memories(record)
+    await book.add(owner, ["Be brief."], [])     # appended to what is stored now
 
-Reads are async (the store); changes are sync: the cache is updated at once and the write
-is queued on the group-commit writer, so a tool or an HTTP handler never waits on the disk.
+Several instances may serve one user at once (two conversations, a background reflection,
+a PUT), so nothing is cached: a cache here would serve memories another instance has since
+replaced. Every change is a function of the memories as stored: read them, compute the new
+lists, write them only if the stored version is still the one read (`Store.swap_memories`),
+else read again and compute again. No change is ever lost to a concurrent one.
 """
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from chat_agent.store import DeleteMemories, MemoriesRecord, SetMemories, Store
+from chat_agent.store import DeleteMemories, MemoriesRecord, Store
 from chat_agent.store.writer import StoreWriter
 
 MAX_ITEMS = 40  # per list
 MAX_CHARS = 400  # per item
-MAX_OWNERS = 10_000  # cached owners; the least recently used are forgotten beyond that
+# Compare-and-set attempts of one change before giving up, each after a read; between them a
+# short random pause, so that writers that keep colliding drift apart.
+ATTEMPTS = 32
+BACKOFF = 0.005  # seconds, times the attempt number: the longest pause
+
+Lists = tuple[list[str], list[str]]  # (styleRules, content)
 
 
 def clean_item(item: str) -> str:
@@ -103,94 +114,92 @@ def render_memories(record: MemoriesRecord) -> str | None:
     return "\n".join(parts)
 
 
-class MemoryBook:
-    """The process's memories: a cache per owner in front of the store."""
+def merge_items(base: list[str], ours: list[str], theirs: list[str]) -> list[str]:
+    """`ours`, a rewrite of `base`, carried over onto `theirs`, what `base` has become
+    meanwhile (another writer's change): what the rewrite dropped or reworded stays dropped,
+    what the other writer added since `base` is kept (after ours), and what it dropped stays
+    dropped. With `theirs` still `base`, it is `ours`."""
+    before = {item_key(item) for item in base}
+    now = {item_key(item) for item in theirs}
+    kept = [item for item in ours if item_key(item) not in before or item_key(item) in now]
+    added = [item for item in theirs if item_key(item) not in before]
+    return dedupe_items([*kept, *added])
 
-    def __init__(
-        self, store: Store, writer: StoreWriter, *, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS,
-        max_owners: int = MAX_OWNERS,
-    ) -> None:
+
+class MemoryConflict(RuntimeError):
+    """A change kept meeting concurrent writes of the same memories and was not stored."""
+
+
+class MemoryBook:
+    """Users' memories in the store; see the module's doc."""
+
+    def __init__(self, store: Store, writer: StoreWriter, *, max_items: int = MAX_ITEMS,
+                 max_chars: int = MAX_CHARS, attempts: int = ATTEMPTS) -> None:
         self._store = store
         self._writer = writer
         self.max_items = max_items
         self.max_chars = max_chars
-        self._max_owners = max_owners
-        self._cache: OrderedDict[str, MemoriesRecord] = OrderedDict()
+        self._attempts = attempts
 
     async def load(self, owner: str) -> MemoriesRecord:
-        """The owner's memories: cached, else read from the store; empty if none."""
-        cached = self._cache.get(owner)
-        if cached is not None:
-            self._cache.move_to_end(owner)
-            return cached
-        # A change to an owner forgotten by the cache may still sit in the writer's queue.
-        await self._writer.flush()
-        record = await self._store.get_memories(owner) or empty_record()
-        # A change made while we awaited is newer than what we read: it wins.
-        return self._adopt(owner, record)
+        """The owner's memories as stored now (one read); empty if none."""
+        return await self._store.get_memories(owner) or empty_record()
 
-    def peek(self, owner: str) -> MemoriesRecord | None:
-        """The cached memories, or None if `load(owner)` has not run (or was forgotten)."""
-        return self._cache.get(owner)
+    async def replace(self, owner: str, style_rules: list[str], content: list[str]) -> MemoriesRecord:
+        """Sets both lists as given (cleaned, de-duplicated, the newest `max_items` kept),
+        whatever is stored: what the user asked for (PUT). Raises ValueError on a non-string
+        or an over-long item."""
+        rules, facts = self._clean(style_rules, content)
+        return (await self._change(owner, lambda current: (rules, facts)))
 
-    def replace(self, owner: str, style_rules: list[str], content: list[str]) -> MemoriesRecord:
-        """Sets both lists as given (cleaned, de-duplicated, the newest `max_items` kept).
-        Raises ValueError on a non-string or an over-long item."""
-        rules = dedupe_items(_check_list("styleRules", style_rules, self.max_chars))[-self.max_items:]
-        facts = dedupe_items(_check_list("content", content, self.max_chars))[-self.max_items:]
-        return self._set(owner, rules, facts)
-
-    def add(self, owner: str, style_rules: list[str], content: list[str]) -> MemoriesRecord:
-        """Appends to the loaded memories; an item already there (ignoring case and spacing)
-        moves to the end instead. Past `max_items` the oldest go. Needs `load(owner)` first:
-        merging into memories we have not read would overwrite them."""
-        current = self._loaded(owner)
+    async def add(self, owner: str, style_rules: list[str], content: list[str]) -> MemoriesRecord:
+        """Appends to the memories as stored; an item already there (ignoring case and
+        spacing) moves to the end instead. Past `max_items` the oldest go. Raises ValueError
+        on a non-string or an over-long item."""
         rules = _check_list("styleRules", style_rules, self.max_chars)
         facts = _check_list("content", content, self.max_chars)
-        return self._set(
-            owner,
+        return (await self._change(owner, lambda current: (
             dedupe_items([*current.style_rules, *rules])[-self.max_items:],
             dedupe_items([*current.content, *facts])[-self.max_items:],
-        )
+        )))
 
-    def forget(self, owner: str) -> None:
-        """Drops the cached memories (a write of them was lost): the next load reads the store."""
-        self._cache.pop(owner, None)
+    async def revise(self, owner: str, base: MemoriesRecord, style_rules: list[str],
+                     content: list[str]) -> MemoriesRecord:
+        """Stores a rewrite of `base` (the background reflection's): over `base` as it is, or,
+        where the memories changed since it was read, merged into them (`merge_items`), so
+        that a change made meanwhile elsewhere is not undone."""
+        rules, facts = self._clean(style_rules, content)
+        return (await self._change(owner, lambda current: (
+            merge_items(base.style_rules, rules, current.style_rules)[-self.max_items:],
+            merge_items(base.content, facts, current.content)[-self.max_items:],
+        )))
 
-    def delete(self, owner: str) -> None:
-        # Cached as empty rather than dropped: the store may not have committed the delete yet.
-        self._remember(owner, empty_record())
-        self._writer.submit([DeleteMemories(owner)])
+    async def delete(self, owner: str) -> None:
+        """Forgets the owner's memories; returns once that is stored."""
+        await self._writer.commit([DeleteMemories(owner)])
 
-    def for_user(self, owner: str) -> UserMemory:
-        return UserMemory(self, owner, self._loaded(owner))
+    def for_user(self, owner: str, record: MemoriesRecord) -> UserMemory:
+        """The memories a turn's tools see: `record`, what the turn read at its start."""
+        return UserMemory(self, owner, record)
 
-    def _set(self, owner: str, style_rules: list[str], content: list[str]) -> MemoriesRecord:
-        current = self._cache.get(owner)
-        if current is not None and current.style_rules == style_rules and current.content == content:
-            return current  # nothing changed: no write
-        record = MemoriesRecord(style_rules=style_rules, content=content, updated_at=time.time())
-        self._remember(owner, record)
-        self._writer.submit([SetMemories(owner, record)])
-        return record
+    def _clean(self, style_rules: list[str], content: list[str]) -> Lists:
+        return (dedupe_items(_check_list("styleRules", style_rules, self.max_chars))[-self.max_items:],
+                dedupe_items(_check_list("content", content, self.max_chars))[-self.max_items:])
 
-    def _loaded(self, owner: str) -> MemoriesRecord:
-        record = self._cache.get(owner)
-        if record is None:
-            raise RuntimeError(f"memories of {owner!r} are not loaded: await MemoryBook.load() first")
-        return record
-
-    def _adopt(self, owner: str, record: MemoriesRecord) -> MemoriesRecord:
-        """Caches `record` unless something newer is cached already; returns what is cached."""
-        if owner not in self._cache:
-            self._remember(owner, record)
-        return self._cache[owner]
-
-    def _remember(self, owner: str, record: MemoriesRecord) -> None:
-        self._cache[owner] = record
-        self._cache.move_to_end(owner)
-        while len(self._cache) > self._max_owners:
-            self._cache.popitem(last=False)
+    async def _change(self, owner: str, change: Callable[[MemoriesRecord], Lists]) -> MemoriesRecord:
+        """Applies `change` to the memories as stored, by compare-and-set; returns what is
+        stored then. A change that changes nothing writes nothing."""
+        for attempt in range(1, self._attempts + 1):
+            current = await self.load(owner)
+            rules, facts = change(current)
+            if rules == current.style_rules and facts == current.content:
+                return current
+            record = MemoriesRecord(style_rules=rules, content=facts, updated_at=time.time())
+            stored = await self._store.swap_memories(owner, record, current.version)
+            if stored is not None:
+                return stored
+            await asyncio.sleep(random.uniform(0, BACKOFF * attempt))  # written meanwhile: again
+        raise MemoryConflict(f"the memories of {owner!r} kept changing under {self._attempts} attempts to change them")
 
 
 class UserMemory:
@@ -199,7 +208,7 @@ class UserMemory:
     def __init__(self, book: MemoryBook, owner: str, record: MemoriesRecord) -> None:
         self._book = book
         self.owner = owner
-        self._last = record  # what this turn saw, should the cache forget the owner meanwhile
+        self._last = record  # what this turn knows: read at its start, or written by it since
 
     @property
     def max_items(self) -> int:
@@ -210,10 +219,11 @@ class UserMemory:
         return self._book.max_chars
 
     def current(self) -> MemoriesRecord:
-        self._last = self._book._adopt(self.owner, self._last)
+        """The memories as this turn knows them (those in its system prompt, or as its own
+        last change left them)."""
         return self._last
 
-    def add(self, style_rules: list[str], content: list[str]) -> MemoriesRecord:
-        self.current()  # re-seeds the cache if it forgot this owner mid-turn
-        self._last = self._book.add(self.owner, style_rules, content)
+    async def add(self, style_rules: list[str], content: list[str]) -> MemoriesRecord:
+        """Appends to the memories as stored now (see `MemoryBook.add`); what is stored after."""
+        self._last = await self._book.add(self.owner, style_rules, content)
         return self._last

@@ -46,6 +46,10 @@ class Background:
             for key in [k for k in tasks if k.startswith(prefix)]:
                 tasks.pop(key).cancel()
 
+    def waiting(self, key: str) -> bool:
+        """Whether a job of `key` waits for its time (or for the one of its key that runs)."""
+        return key in self._waiting
+
     def pending(self) -> list[str]:
         """Keys with a job waiting or running, sorted."""
         return sorted(set(self._waiting) | set(self._running))

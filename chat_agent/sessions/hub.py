@@ -32,6 +32,7 @@ from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.bus import Bus, Frame, Handlers, LocalBus
 from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, close_cut_turn
 from chat_agent.sessions.jobs import ConversationJobs
+from chat_agent.sessions.queue import Job, JobQueue
 from chat_agent.sessions.live import Listener, LiveConversation
 from chat_agent.sessions.ownership import Answer, Claim, OwnerUnreachable, Ownership
 from chat_agent.sessions.pages import visible_page
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404  # the conversation is gone
 CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
-MEMORIES_SCOPE = "memories:"  # `op_scope` of a user's memories
 CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
 GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
                   "to see what was kept.")
@@ -58,13 +58,16 @@ LOCAL_CODES = frozenset({"invalid_frame", "unknown_type", "empty_message", "too_
 CLAIM_ATTEMPTS = 20
 CLAIM_RETRY = 0.05
 UNREACHABLE = "The server instance running this conversation does not answer; try again in a few seconds."
+# Seconds an owner has to run a background job handed to it (a title: one small model call).
+JOB_TIMEOUT = 120.0
 # A frame on the bus that says the conversation was deleted (seq 0: it is no frame of the log).
 DELETED = "deleted"
 
 
 class Hub:
     def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter,
-                 files: Files, *, ownership: Ownership | None = None, bus: Bus | None = None):
+                 files: Files, *, ownership: Ownership | None = None, bus: Bus | None = None,
+                 queue: JobQueue | None = None):
         self.settings = settings
         self.store = store
         self.writer = writer
@@ -75,7 +78,7 @@ class Hub:
                                                 lease_seconds=settings.lease_seconds,
                                                 sweep_seconds=settings.lease_seconds / 5)
         self.memories = MemoryBook(store, writer)
-        self.jobs = ConversationJobs(settings, agent.model, self.memories, self)
+        self.jobs = ConversationJobs(settings, agent.model, self.memories, self, queue)
         self._counter = counter
         self._preparer = TurnPreparer(settings, agent, store, files, self.memories, counter)
         self._live: dict[str, LiveConversation] = {}
@@ -260,6 +263,25 @@ class Hub:
             raise FrameRejected("not_found", "This conversation was deleted.")
         live.reload(loaded[0], *self._parts(*loaded))
 
+    async def forward_job(self, live: LiveConversation, kind: str) -> bool:
+        """Hands a background job that writes the conversation (its title) to the instance
+        that owns it, and waits until it ran there: True. False when the owner is this
+        instance (it held the conversation or has just taken it): run it here."""
+        for _ in range(CLAIM_ATTEMPTS):
+            owned, holder = await self._claim(live)
+            if owned:
+                return False
+            if holder is None:
+                await asyncio.sleep(CLAIM_RETRY)
+                continue  # released meanwhile: take it
+            if not self.bus.shared:
+                return True  # another process owns it, out of reach: its next turn's end runs it there
+            message = {"c": live.id, "u": live.owner, "job": kind}
+            if (await self.ownership.forward(holder, message, timeout=JOB_TIMEOUT)).status != "not_owner":
+                return True
+            await asyncio.sleep(CLAIM_RETRY)  # it let the conversation go meanwhile: take it, or find who has it
+        raise OwnerUnreachable(f"no instance took job {kind} of {live.id}")
+
     async def snapshot(self, live: LiveConversation) -> SessionFrame | None:
         """The `session` frame: from memory where the conversation is owned, else from the
         store as of its last committed frame. None if it was deleted meanwhile."""
@@ -392,6 +414,13 @@ class Hub:
         conversation_id, owner = message.get("c", ""), message.get("u", "")
         if not self.ownership.holds(conversation_id):
             return Answer("not_owner")
+        if "job" in message:  # a background job, handed to the owner (`forward_job`)
+            job = Job(message["job"], owner, conversation_id)
+            try:
+                await self.jobs.run(job)
+            except Exception:  # it ran, and failed: told here, not run again
+                log.exception("background job %s failed", job.key)
+            return Answer("ok")
         live = self.live(owner, conversation_id) or await self.open(owner, conversation_id)
         if live is None:
             return Answer("rejected", "not_found", "No such conversation.")
@@ -457,9 +486,7 @@ class Hub:
         whoever holds that scope's state in memory has brought it back in line."""
         live = self._live.get(scope)
         if live is None:
-            if scope.startswith(MEMORIES_SCOPE):
-                self.memories.forget(scope.removeprefix(MEMORIES_SCOPE))
-            self.writer.reopen(scope)  # nothing else in memory builds on it
+            self.writer.reopen(scope)  # nothing in memory builds on it (memories are read per use)
         elif live.writes_lost():
             self._spawn(self._writes_failed(live), f"bring-back:{scope}")
 

@@ -1,10 +1,20 @@
 """Work a conversation needs after a turn, in the background: its title after the first
 exchange, and the debounced reflection that rewrites the user's memories after the artifact
-changed (a newer turn restarts the wait; deleting the conversation cancels it)."""
+changed (a newer turn restarts the wait; deleting the conversation cancels it).
+
+The jobs wait in a `JobQueue` (queue.py): in this process on SQLite, in PostgreSQL with
+several instances, where a due job runs once, on any instance. The title is the
+conversation's to write: where the job runs on an instance that does not own the
+conversation, it is handed to the owner (`Conversations.forward_job`). The reflection
+writes the user's memories, by compare-and-set, and runs wherever it was taken.
+"""
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, Protocol
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 from chat_agent.canvas.memory import MemoryBook
 from chat_agent.canvas.reflection import reflect, transcript_for_reflection
@@ -12,13 +22,21 @@ from chat_agent.canvas.titles import make_title
 from chat_agent.config import Settings
 from chat_agent.model import ModelClient
 from chat_agent.protocol import StopReason
-from chat_agent.sessions.background import Background
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.pages import SESSION_MESSAGES
+from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.tracing import job_span
 
+log = logging.getLogger(__name__)
+
+TITLE, REFLECTION = "title", "reflection"
 # The newest messages a reflection reads (its transcript keeps the newest 20,000 characters).
 REFLECTION_MESSAGES = 200
+# Seconds a closing instance waits for the queue to take what it was given (the database
+# may be gone: what it did not take is lost, like a job waiting in a process that ends).
+CLOSE_WAIT = 5.0
+
+Operation = Callable[[], Awaitable[None]]
 
 
 class Conversations(Protocol):
@@ -28,54 +46,95 @@ class Conversations(Protocol):
 
     async def own(self, live: LiveConversation) -> bool: ...
 
+    async def forward_job(self, live: LiveConversation, kind: str) -> bool: ...
+
     def release(self, live: LiveConversation) -> None: ...
 
 
 class ConversationJobs:
-    def __init__(self, settings: Settings, model: ModelClient, memories: MemoryBook, conversations: Conversations):
+    def __init__(self, settings: Settings, model: ModelClient, memories: MemoryBook, conversations: Conversations,
+                 queue: JobQueue | None = None):
         self._settings = settings
         self._model = model
         self._memories = memories
         self._conversations = conversations
-        self._background = Background()
+        self.queue = queue or LocalQueue()
+        # What is asked of the queue, in order, by one task: the callers (a turn's end, an
+        # edit) cannot wait, and a debounce must not overtake the deferral it restarts.
+        self._operations: asyncio.Queue[Operation] = asyncio.Queue()
+        self._submitter: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        """Due jobs run from now on (`run`)."""
+        await self.queue.start(self.run)
 
     def after_turn(self, live: LiveConversation, stop: StopReason, artifact_changed: bool) -> None:
         if live.title is None and stop == "end_turn":
-            self._background.schedule(self._key(live.id, "title"), 0, lambda: self._traced("title", live, self._name))
-        if artifact_changed or self._key(live.id, "reflect") in self._background.pending():
-            self.reflect_later(live)  # a newer turn restarts the wait
+            title = Job(TITLE, live.owner, live.id)
+            self._submit(lambda: self.queue.defer(title, 0))
+        reflection = Job(REFLECTION, live.owner, live.id)
+        if artifact_changed:
+            self._submit(lambda: self.queue.defer(reflection, self._settings.reflection_delay, restart=True))
+        else:  # a newer turn restarts the wait of one due, wherever the turn before ran
+            self._submit(lambda: self.queue.postpone(reflection, self._settings.reflection_delay))
 
     def reflect_later(self, live: LiveConversation) -> None:
-        self._background.schedule(self._key(live.id, "reflect"), self._settings.reflection_delay,
-                                  lambda: self._traced("reflection", live, self._reflect))
+        reflection = Job(REFLECTION, live.owner, live.id)
+        self._submit(lambda: self.queue.defer(reflection, self._settings.reflection_delay, restart=True))
 
     def cancel(self, conversation_id: str) -> None:
-        self._background.cancel(self._key(conversation_id, ""))
+        self._submit(lambda: self.queue.cancel(conversation_id))
 
     async def close(self) -> None:
-        await self._background.close()
+        """What was asked of the queue is handed to it (bounded by CLOSE_WAIT), then the
+        jobs running here stop."""
+        self._closed = True
+        if self._submitter is not None:
+            try:
+                await asyncio.wait_for(self._operations.join(), CLOSE_WAIT)
+            except TimeoutError:
+                log.warning("%d background job changes were not queued before shutdown", self._operations.qsize())
+            self._submitter.cancel()
+            await asyncio.gather(self._submitter, return_exceptions=True)
+        await self.queue.close()
 
-    @staticmethod
-    def _key(conversation_id: str, job: str) -> str:
-        return f"conv:{conversation_id}:{job}"
+    async def run(self, job: Job) -> None:
+        """A due job, here: the queue chose this instance (or the owner was handed it)."""
+        work = {TITLE: self._name, REFLECTION: self._reflect}.get(job.kind)
+        if work is None:
+            log.warning("unknown background job %s", job.key)
+            return
+        with job_span(job.kind, job.conversation_id):
+            await work(job.owner, job.conversation_id)
 
-    @staticmethod
-    async def _traced(name: str, live: LiveConversation, job: Callable[[str, str], Awaitable[None]]) -> None:
-        with job_span(name, live.id):
-            await job(live.owner, live.id)
+    def _submit(self, operation: Operation) -> None:
+        if self._closed:
+            return
+        self._operations.put_nowait(operation)
+        if self._submitter is None:
+            self._submitter = asyncio.get_running_loop().create_task(self._submitting(), name="background-queue")
+
+    async def _submitting(self) -> None:
+        while True:
+            operation = await self._operations.get()
+            try:
+                await operation()
+            except Exception:
+                log.exception("could not queue a background job")
+            finally:
+                self._operations.task_done()
 
     async def _name(self, owner: str, conversation_id: str) -> None:
         live = await self._conversations.open(owner, conversation_id)
         if live is None or live.title is not None:
             return
-        if not await self._conversations.own(live):
-            # Another instance runs it now: its next turn ends there and names it there.
-            self._conversations.release(live)
-            return
-        messages = await live.recent(SESSION_MESSAGES)
-        user = next((m.content for m in messages if m.role == "user"), "")
-        reply = next((m.content for m in messages if m.role == "assistant"), "")
         try:
+            if await self._conversations.forward_job(live, TITLE):
+                return  # another instance owns the conversation: it ran the job
+            messages = await live.recent(SESSION_MESSAGES)
+            user = next((m.content for m in messages if m.role == "user"), "")
+            reply = next((m.content for m in messages if m.role == "assistant"), "")
             title = await make_title(self._model, model_name=self._settings.small_model,
                                      user_text=user, reply_text=reply)
             # Still its owner after the model call (the lease may have gone meanwhile)?
@@ -95,7 +154,7 @@ class ConversationJobs:
             result = await reflect(self._model, model_name=self._settings.small_model, memories=memories,
                                    transcript=transcript,
                                    artifact=current.content if current else None)
-            if result is not None:
-                self._memories.replace(owner, *result)
+            if result is not None:  # merged with what changed meanwhile, if anything did
+                await self._memories.revise(owner, memories, *result)
         finally:
             self._conversations.release(live)

@@ -186,14 +186,15 @@ class Ownership:
 
     # ---- forwarding -------------------------------------------------------------------------
 
-    async def forward(self, instance: str, message: dict[str, Any]) -> Answer:
-        """Sends a command to the instance that owns its conversation and waits for its answer."""
+    async def forward(self, instance: str, message: dict[str, Any], *, timeout: float = FORWARD_TIMEOUT) -> Answer:
+        """Sends a command to the instance that owns its conversation and waits for its answer
+        (OwnerUnreachable after `timeout` seconds)."""
         request = uuid.uuid4().hex
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._answers[request] = answer
         try:
             await self._bus.send(instance, {**message, "k": "cmd", "id": request, "from": self.instance})
-            return await asyncio.wait_for(answer, FORWARD_TIMEOUT)
+            return await asyncio.wait_for(answer, timeout)
         except asyncio.TimeoutError:
             raise OwnerUnreachable(instance) from None
         finally:

@@ -121,7 +121,7 @@ class TurnPreparer:
                                memories=render_memories(memories) if plan.reflections else None)
         counter = self._counter
         live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
-        services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner),
+        services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
                                 documents=self._documents, model=self._agent.model)
         turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,

@@ -189,6 +189,13 @@ class Store(ABC):
         """The owner's memories; None if none were ever set (or they were deleted)."""
 
     @abstractmethod
+    async def swap_memories(self, owner: str, record: MemoriesRecord, expected: str | None) -> MemoriesRecord | None:
+        """Compare-and-set: stores `record` as the owner's memories only if the stored ones
+        are still at version `expected` (None: only if none are stored), in one atomic
+        statement. Returns the record as stored, with its new version; None when another
+        write came first (read them again, and decide again)."""
+
+    @abstractmethod
     async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
         """The owner's custom quick actions, oldest first."""
 

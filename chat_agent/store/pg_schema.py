@@ -233,9 +233,12 @@ _V6 = (
 )
 CHECK_FENCES = "SELECT check_fences($1, $2, $3)"
 
+# The memories' version stamp, for compare-and-set (see schema.py).
+_V7 = ("ALTER TABLE memories ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

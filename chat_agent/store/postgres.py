@@ -10,6 +10,7 @@ read is one round trip too; the few reads made of two statements run in one snap
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -273,6 +274,12 @@ class PostgresStore(Store):
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
         rows = await self._read(reads.MEMORIES, (owner,))
         return reads.memories(rows[0]) if rows else None
+
+    async def swap_memories(self, owner: str, record: MemoriesRecord, expected: str | None) -> MemoriesRecord | None:
+        version = writes.new_version()
+        sql, params = writes.swap_memories(owner, record, expected, version)
+        rows = await self._read(sql, params)
+        return dataclasses.replace(record, version=version) if rows else None
 
     async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
         rows = await self._read(f"{reads.QUICK_ACTION} ORDER BY created_at, id", (owner,))

@@ -77,7 +77,7 @@ CHAIN = (
     " JOIN artifact_versions v ON v.conversation_id = ?1 AND v.idx = c.base_idx)"
     " SELECT base_idx, content, changes FROM chain ORDER BY depth"
 )
-MEMORIES = "SELECT style_rules, content, updated_at FROM memories WHERE owner = ?"
+MEMORIES = "SELECT style_rules, content, updated_at, version FROM memories WHERE owner = ?"
 QUICK_ACTION = (
     "SELECT id, owner, title, prompt, include_reflections, include_prefix,"
     " include_recent_history, created_at, updated_at FROM quick_actions WHERE owner = ?"
@@ -119,8 +119,8 @@ def turn(row: Sequence[Any]) -> TurnRecord:
 
 
 def memories(row: Sequence[Any]) -> MemoriesRecord:
-    style_rules, content, updated_at = row
-    return MemoriesRecord(json.loads(style_rules), json.loads(content), updated_at)
+    style_rules, content, updated_at, version = row
+    return MemoriesRecord(json.loads(style_rules), json.loads(content), updated_at, version)
 
 
 def quick_action(row: Sequence[Any]) -> QuickActionRecord:

@@ -5,7 +5,7 @@ A module of their own so that base can import ops and ops the records, one way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 History = Literal["visible", "model"]
@@ -108,11 +108,15 @@ class ArtifactRecord:
 
 @dataclass(slots=True)
 class MemoriesRecord:
-    """A user's reflections; they follow the user across conversations."""
+    """A user's reflections; they follow the user across conversations. `version` is the
+    stamp of the stored row (None: nothing stored, or not stored yet), new at every write:
+    `Store.swap_memories` writes only over the version it was given. It is no part of what
+    the memories say, so two records with the same lists and time are equal whatever it is."""
 
     style_rules: list[str]
     content: list[str]
     updated_at: float
+    version: str | None = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -217,9 +217,14 @@ _V6 = (
     "CREATE INDEX leases_held_by_expiry ON leases (expires_at) WHERE instance <> ''",
 )
 
+# Memories are changed by compare-and-set (Store.swap_memories): each write stamps the row
+# with a new random version, and a conditional write names the version it read. Rows from
+# before have the empty version, which a writer that read them names like any other.
+_V7 = ("ALTER TABLE memories ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
 # pg_schema.py holds PostgreSQL's, at the same version numbers.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

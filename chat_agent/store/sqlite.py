@@ -17,6 +17,7 @@ instances on one file) the batch goes to the thread too, which waits out the bus
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sqlite3
@@ -26,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chat_agent.store import leases, reads
+from chat_agent.store import leases, reads, writes
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
@@ -321,6 +322,11 @@ class SqliteStore(Store):
         if not rows:
             return None
         return reads.memories(rows[0])
+
+    async def swap_memories(self, owner: str, record: MemoriesRecord, expected: str | None) -> MemoriesRecord | None:
+        version = writes.new_version()
+        rows = await self._write(*writes.swap_memories(owner, record, expected, version))
+        return dataclasses.replace(record, version=version) if rows else None
 
     async def list_quick_actions(self, owner: str) -> list[QuickActionRecord]:
         rows = await self._fetch(f"{reads.QUICK_ACTION} ORDER BY created_at, id", (owner,))

@@ -42,7 +42,8 @@ from chat_agent.store.ops import (
     UpsertHistoryItem,
     op_scope,
 )
-from chat_agent.store.records import HistoryItem
+from chat_agent.ids import new_id
+from chat_agent.store.records import HistoryItem, MemoriesRecord
 
 Row = tuple[Any, ...]
 Step = tuple[str, list[Row]]
@@ -131,11 +132,23 @@ SELECT_VERSION = (
     + _OWNED.format(n=3)
 )
 SET_MEMORIES = (
-    "INSERT INTO memories (owner, style_rules, content, updated_at) VALUES (?1, ?2, ?3, ?4)"
+    "INSERT INTO memories (owner, style_rules, content, updated_at, version) VALUES (?1, ?2, ?3, ?4, ?5)"
     " ON CONFLICT (owner) DO UPDATE SET style_rules = excluded.style_rules,"
-    " content = excluded.content, updated_at = excluded.updated_at"
+    " content = excluded.content, updated_at = excluded.updated_at, version = excluded.version"
 )
 DELETE_MEMORIES = "DELETE FROM memories WHERE owner = ?1"
+# Compare-and-set (`Store.swap_memories`, no op: its caller needs to know whether it took):
+# the row is written only over the version the caller read, or created only where there is
+# none; RETURNING says whether it was. A version is random, never a counter, so a row that
+# was deleted and made again cannot pass for the one that was read.
+INSERT_MEMORIES_IF_NONE = (
+    "INSERT INTO memories (owner, style_rules, content, updated_at, version) VALUES (?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT (owner) DO NOTHING RETURNING version"
+)
+UPDATE_MEMORIES_IF_VERSION = (
+    "UPDATE memories SET style_rules = ?2, content = ?3, updated_at = ?4, version = ?5"
+    " WHERE owner = ?1 AND version = ?6 RETURNING version"
+)
 # Setting owner lets a trigger refuse another owner's id (see schema.py); created_at is
 # left alone so an edited quick action keeps its place in the list.
 PUT_QUICK_ACTION = (
@@ -194,6 +207,20 @@ _TABLE = {
 
 def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def new_version() -> str:
+    """A stored row's version stamp (memories): random, so that it is never used twice."""
+    return new_id(hex_chars=16)
+
+
+def swap_memories(owner: str, record: MemoriesRecord, expected: str | None, version: str) -> tuple[str, Row]:
+    """The statement of `Store.swap_memories` and its parameters: it returns a row when
+    `record` was written (as `version`), none when the stored version was not `expected`."""
+    row = (owner, dumps(list(record.style_rules)), dumps(list(record.content)), record.updated_at, version)
+    if expected is None:
+        return INSERT_MEMORIES_IF_NONE, row
+    return UPDATE_MEMORIES_IF_VERSION, (*row, expected)
 
 
 def plan(ops: Iterable[Op]) -> list[Step]:
@@ -264,7 +291,7 @@ def statements(op: Op) -> list[Step]:
             return [(SELECT_VERSION, [(op.conversation_id, op.index, op.owner)])]
         case SetMemories():
             m = op.memories
-            row = (op.owner, dumps(list(m.style_rules)), dumps(list(m.content)), m.updated_at)
+            row = (op.owner, dumps(list(m.style_rules)), dumps(list(m.content)), m.updated_at, m.version or new_version())
             return [(SET_MEMORIES, [row])]
         case DeleteMemories():
             return [(DELETE_MEMORIES, [(op.owner,)])]

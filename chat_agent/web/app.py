@@ -18,6 +18,8 @@ from chat_agent.files.catalog import open_files
 from chat_agent.model import AnthropicClient, ModelClient
 from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
+from chat_agent.sessions.pg_queue import ProcrastinateQueue
+from chat_agent.sessions.queue import JobQueue, LocalQueue
 from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
@@ -47,11 +49,13 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         the_model = model or AnthropicClient(settings)
         agent = Agent(the_model, tools, settings)
         bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
-        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus)
+        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus,
+                  queue=_job_queue(settings, bus.instance))
         await bus.start(hub.bus_handlers())
         await hub.ownership.start()
         await _check_shared_files(settings, hub)
         await recover(hub)
+        await hub.jobs.start()
         app.state.hub = hub
         app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
         log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
@@ -73,11 +77,23 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
                      exception_handlers=EXCEPTION_HANDLERS)
 
 
+def _on_postgres(settings: Settings) -> bool:
+    return (settings.database_url or "").lower().startswith("postgres")
+
+
+def _job_queue(settings: Settings, instance: str) -> JobQueue:
+    """Background jobs wait in PostgreSQL where instances share it (each due job runs once,
+    on any of them), else in this process."""
+    if _on_postgres(settings):
+        return ProcrastinateQueue(settings.database_url or "", instance=instance)
+    return LocalQueue()
+
+
 async def _check_shared_files(settings: Settings, hub: Hub) -> None:
     """Instances on PostgreSQL may run on different machines: files in a local directory
     would be found by one instance and not by another, so several need S3. (On SQLite they
     share one machine, and so its data directory.)"""
-    if settings.s3_bucket or not (settings.database_url or "").lower().startswith("postgres"):
+    if settings.s3_bucket or not _on_postgres(settings):
         return
     others = await hub.ownership.others()
     if others:

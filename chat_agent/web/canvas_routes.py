@@ -99,19 +99,14 @@ async def memories(request: Request, hub: Hub, owner: str) -> Response:
     if request.method == "GET":
         return JSONResponse(_memories(await hub.memories.load(owner)))
     if request.method == "DELETE":
-        await hub.memories.load(owner)
-        hub.memories.delete(owner)
-        await hub.writer.flush()
+        await hub.memories.delete(owner)
         return Response(status_code=204)
     try:
         body = await _json_body(request)
         style_rules, content = validate_memories(body.get("styleRules", []), body.get("content", []))
     except ValueError as exc:
         return _invalid(exc)
-    await hub.memories.load(owner)
-    record = hub.memories.replace(owner, style_rules, content)
-    await hub.writer.flush()
-    return JSONResponse(_memories(record))
+    return JSONResponse(_memories(await hub.memories.replace(owner, style_rules, content)))
 
 
 # ---- custom quick actions -------------------------------------------------------------------

@@ -43,7 +43,7 @@ async def health(request: Request) -> JSONResponse:
         "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
         "anthropic": {"configured": hub.agent.model.configured},
         "auth": settings.auth_enabled, "storage": hub.store.kind,
-        "instance": {"id": hub.ownership.instance, "bus": hub.bus.kind},
+        "instance": {"id": hub.ownership.instance, "bus": hub.bus.kind, "jobs": hub.jobs.queue.kind},
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
         "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
         "tracing": tracing.exporting(),  # spans exported (OTEL_EXPORTER_OTLP_ENDPOINT), or the API's no-op
