@@ -60,12 +60,14 @@ class Inbox:
     def __init__(self) -> None:
         self.frames: list[tuple[str, list]] = []
         self.direct: list[dict] = []
+        self.senders: set[str] = set()
         self.resyncs = 0
         self.changed = asyncio.Event()
 
     def handlers(self) -> Handlers:
-        def frames(cid: str, got: list) -> None:
+        def frames(cid: str, got: list, instance: str) -> None:
             self.frames.append((cid, got))
+            self.senders.add(instance)
             self.changed.set()
 
         def direct(message: dict) -> None:
@@ -136,6 +138,7 @@ async def test_frames_reach_every_instance_in_order_and_whole(make_bus) -> None:
         assert inbox.seqs("conv1") == list(range(1, 41))
         got = {f[0]: tuple(f[1:]) for c, frames in inbox.frames if c == "conv1" for f in frames}
         assert got == {seq: ("turn1", "content_chunk", text) for seq, text in texts.items()}
+        assert inbox.senders == {"a" * 16}  # who committed them: the conversation's owner
     del b
 
 

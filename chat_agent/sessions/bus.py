@@ -43,7 +43,8 @@ def namespace_of(name: str) -> str:
 class Handlers:
     """What a bus calls with what arrives (synchronously, on the event loop)."""
 
-    frames: Callable[[str, list[Frame]], None] = lambda conversation_id, frames: None
+    # (conversation id, its frames, the instance that committed them: its owner)
+    frames: Callable[[str, list[Frame], str], None] = lambda conversation_id, frames, instance: None
     direct: Callable[[dict[str, Any]], None] = lambda message: None
     # The listener connection was lost and is back: frames may have been missed meanwhile.
     resync: Callable[[], None] = lambda: None
@@ -100,7 +101,8 @@ class Bus(ABC):
             await self._wake.wait()
             self._wake.clear()
             pending, self._pending = self._pending, {}
-            messages = [(self.frames_channel, _dumps({"c": cid, "f": frames})) for cid, frames in pending.items()]
+            messages = [(self.frames_channel, _dumps({"c": cid, "f": frames, "i": self.instance}))
+                        for cid, frames in pending.items()]
             try:
                 await self._send(messages)
             except asyncio.CancelledError:
@@ -114,7 +116,7 @@ class Bus(ABC):
         try:
             message = json.loads(payload)
             if channel == self.frames_channel:
-                self.handlers.frames(message["c"], [tuple(f) for f in message["f"]])  # type: ignore[misc]
+                self.handlers.frames(message["c"], [tuple(f) for f in message["f"]], message.get("i", ""))  # type: ignore[misc]
             else:
                 self.handlers.direct(message)
         except Exception:

@@ -84,6 +84,8 @@ class Hub:
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._recoveries: set[asyncio.Task[None]] = set()
+        # Followed conversations: the instance whose frames the bus last brought (their owner).
+        self._owners: dict[str, str] = {}
         writer.on_lost = self._writes_lost
         self.ownership.on_lost = self._lease_lost
         self.ownership.on_expired = self._take_over
@@ -150,6 +152,7 @@ class Hub:
     def release(self, live: LiveConversation) -> None:
         if not live.listeners and not live.running and self._live.get(live.id) is live:
             del self._live[live.id]
+            self._owners.pop(live.id, None)
             self._let_go(live.id)
 
     def _idle(self, live: LiveConversation) -> None:
@@ -336,7 +339,7 @@ class Hub:
             log.warning("took over %s from instance %s, whose lease expired", live.id, lease.instance)
         self.release(live)
 
-    def _followed(self, conversation_id: str, frames: list[Frame]) -> None:
+    def _followed(self, conversation_id: str, frames: list[Frame], instance: str) -> None:
         """Frames another instance committed (the bus): for the sockets here."""
         live = self._live.get(conversation_id)
         if live is None or self.ownership.holds(conversation_id):
@@ -346,6 +349,7 @@ class Hub:
                                                               message="This conversation was deleted."))
             return
         live.follow(frames)
+        self._owners[conversation_id] = instance
 
     def _resync(self) -> None:
         for live in self._live.values():
@@ -363,6 +367,11 @@ class Hub:
         A `message` returns as soon as the conversation is busy with it (so that an `abort`
         read next finds it): with the task that prepares the turn, or that waits for the
         owner's answer, which a FrameRejected may still end."""
+        owner = self._owners.get(live.id)
+        if owner is not None and live.running and not self.ownership.holds(live.id):
+            # A turn runs elsewhere and its frames say where: straight there (an `abort` above
+            # all), without asking the database first. Not the owner any more: see `_forward`.
+            return await self._send_on(live, owner, frame)
         for _ in range(CLAIM_ATTEMPTS):
             owned, holder = await self._claim(live)
             if owned:
@@ -373,12 +382,15 @@ class Hub:
             if not self.bus.shared:
                 raise FrameRejected("busy", "Another server instance runs this conversation, and it cannot be "
                                             "reached from here (no bus is configured); try again later.")
-            forward = self._forward(live, holder, frame)
-            if isinstance(frame, MessageIn):
-                return asyncio.get_running_loop().create_task(forward, name=f"forward:{live.id}")
-            await forward
-            return None
+            return await self._send_on(live, holder, frame)
         raise FrameRejected("internal", UNREACHABLE)
+
+    async def _send_on(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> asyncio.Task[None] | None:
+        forward = self._forward(live, holder, frame)
+        if isinstance(frame, MessageIn):
+            return asyncio.get_running_loop().create_task(forward, name=f"forward:{live.id}")
+        await forward
+        return None
 
     async def _forward(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
         # The command's span here is the parent of the owner's turn: one trace across both.
