@@ -437,6 +437,10 @@ class Hub:
         if live is None:
             return Answer("rejected", "not_found", "No such conversation.")
         try:
+            # Opening it waited: the lease may have been given back meanwhile (nothing used the
+            # conversation here), and a command run without it would have its writes refused.
+            if not await self.own(live):
+                return Answer("not_owner")
             with attached(extract(message.get("trace"))):  # the turn it starts joins the sender's trace
                 task = await self._execute(live, client_frames.validate_python(message["frame"]))
             if task is not None:
