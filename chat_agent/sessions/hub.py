@@ -249,13 +249,8 @@ class Hub:
         return (await self._claim(live))[0]
 
     async def _claim(self, live: LiveConversation) -> tuple[bool, str | None]:
-        claim, holder = await self.ownership.claim(live.id)
-        if claim is Claim.GAINED:
-            try:
-                await self._refresh(live)
-            except BaseException:
-                await self.ownership.release(live.id)
-                raise
+        # Its state is read again before anyone else here may use the lease.
+        claim, holder = await self.ownership.claim(live.id, lambda: self._refresh(live))
         return claim is not Claim.TAKEN, holder
 
     async def _refresh(self, live: LiveConversation) -> None:

@@ -103,9 +103,12 @@ class Ownership:
         """The epoch of the lease held, None when not held."""
         return self._held.get(conversation_id)
 
-    async def claim(self, conversation_id: str) -> tuple[Claim, str | None]:
+    async def claim(self, conversation_id: str,
+                    taken: Callable[[], Awaitable[None]] | None = None) -> tuple[Claim, str | None]:
         """Takes the conversation's lease unless another instance holds it; with TAKEN, the
-        holder's instance id (None when the lease was released meanwhile: try again)."""
+        holder's instance id (None when the lease was released meanwhile: try again).
+        `taken` runs when the lease has just changed hands (to read the conversation's state
+        again), before any other claimer here is told HELD."""
         if conversation_id in self._held:
             return Claim.HELD, self.instance
         lock = self._claiming.setdefault(conversation_id, asyncio.Lock())
@@ -116,6 +119,12 @@ class Ownership:
             if lease is None:
                 holder = await self._store.get_lease(conversation_id)
                 return Claim.TAKEN, holder.instance if holder is not None else None
+            if taken is not None:
+                try:
+                    await taken()
+                except BaseException:
+                    await self._store.release_lease(conversation_id, self.instance, lease.epoch)
+                    raise
             self._held[conversation_id] = lease.epoch
             self._writer.fence(conversation_id, self.instance, lease.epoch)
         self._claiming.pop(conversation_id, None)
