@@ -93,6 +93,13 @@ def _instance_id(env: Mapping[str, str]) -> str:
     return raw
 
 
+def _approval_timeout(env: Mapping[str, str]) -> float:
+    value = _float(env, "CHAT_AGENT_APPROVAL_TIMEOUT", 600.0)
+    if value <= 0:
+        raise ConfigError(f"CHAT_AGENT_APPROVAL_TIMEOUT must be a positive number of seconds, got {value}")
+    return value
+
+
 def _lease_seconds(env: Mapping[str, str]) -> float:
     value = _float(env, "CHAT_AGENT_LEASE_SECONDS", 10.0)
     if not 1.0 <= value <= 300.0:
@@ -158,6 +165,9 @@ class Settings:
     redis_url: str | None = None
     instance_id: str = ""  # "" : a new one each start
     lease_seconds: float = 10.0
+    # Tool approval: tools that wait for the user before they run ("*": all), and how long.
+    require_approval: frozenset[str] = frozenset()
+    approval_timeout: float = 600.0
 
     @property
     def auth_enabled(self) -> bool:
@@ -221,4 +231,6 @@ class Settings:
             instance_id=_instance_id(env),
             lease_seconds=_lease_seconds(env),
             research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
+            require_approval=frozenset(_list(env, "CHAT_AGENT_REQUIRE_APPROVAL")),
+            approval_timeout=_approval_timeout(env),
         )

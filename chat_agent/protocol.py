@@ -17,7 +17,7 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "refusal_detail")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -42,6 +42,15 @@ class ToolInfo(Model):
     name: str
     enabled: bool
     reason: str | None = Field(default=None, exclude_if=lambda v: v is None)  # `reason?` in PROTOCOL.md
+
+
+class ApprovalInfo(Model):
+    """A tool call waiting for the user's `approve` (1.1 "Tool approval")."""
+
+    message_id: str
+    tool_id: str
+    name: str
+    input: dict[str, Any]
 
 
 class ContextInfo(Model):
@@ -248,6 +257,7 @@ class SessionFrame(ServerFrame):
     context: ContextInfo
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
+    pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
 
 
 class ContentChunk(ServerFrame):
@@ -284,6 +294,16 @@ class ToolEnd(ServerFrame):
     output: Any = None
     duration: float
     is_error: bool = False
+
+
+class ApprovalRequest(ServerFrame):
+    """A tool call that waits for the user before it runs; comes after its `tool_start`."""
+
+    type: Literal["approval_request"] = "approval_request"
+    message_id: str
+    tool_id: str
+    name: str
+    input: dict[str, Any]
 
 
 class ArtifactChunk(ServerFrame):
@@ -378,8 +398,8 @@ class Pong(ServerFrame):
 
 
 AnyServerFrame = Annotated[
-    Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ArtifactChunk,
-          ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame, Pong],
+    Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
+          ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame, Pong],
     Field(discriminator="type"),
 ]
 
@@ -421,6 +441,8 @@ class MessageSettings(ClientModel):
     web_search: StrictBool = True
     model: StrictStr | None = None
     thinking: StrictBool = False
+    # Tools that wait for the user's approval in this turn, besides the server's own list.
+    require_approval: list[StrictStr] = Field(default_factory=list, max_length=256)
 
 
 class Highlight(ClientModel):
@@ -471,6 +493,13 @@ class EditArtifactIn(ClientModel):
     title: StrictStr | None = None
 
 
+class ApproveIn(ClientModel):
+    type: Literal["approve"]
+    tool_id: StrictStr
+    approved: StrictBool
+    message: StrictStr | None = Field(default=None, max_length=10_000)
+
+
 class ResumeIn(ClientModel):
     type: Literal["resume"]
     after_seq: Count
@@ -481,10 +510,10 @@ class PingIn(ClientModel):
 
 
 AnyClientFrame = Annotated[
-    Union[MessageIn, AbortIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
+    Union[MessageIn, AbortIn, ApproveIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
     Field(discriminator="type"),
 ]
-CLIENT_TYPES = frozenset({"message", "abort", "clear_context", "select_artifact_version",
+CLIENT_TYPES = frozenset({"message", "abort", "approve", "clear_context", "select_artifact_version",
                           "edit_artifact", "resume", "ping"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)

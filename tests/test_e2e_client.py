@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -117,3 +118,22 @@ async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_ant
     finally:
         server.stop()
     await asyncio.sleep(0)
+
+
+def test_scripted_approval_answers_as_the_flag_says(server, fake_anthropic):
+    """`--require-approval` asks the server to wait; `--approve yes|no` answers for scripts,
+    and with no terminal to ask on (stdin piped) a request is declined."""
+    for flag, runs in (("yes", True), ("no", False), ("ask", False)):
+        fake_anthropic.enqueue(Reply([ToolUse("web_search", {"query": "approval"})]), Reply(f"Done ({flag})."))
+        result = run_client(server, "--message", "search it", "--require-approval", "web_search",
+                            "--approve", flag, "--json", stdin="")
+        assert result.returncode == 0, result.stderr
+        frames = [json.loads(line) for line in result.stdout.splitlines()]
+        kinds = [f["type"] for f in frames]
+        assert kinds.index("tool_start") < kinds.index("approval_request") < kinds.index("tool_end")
+        end = next(f for f in frames if f["type"] == "tool_end")
+        assert end["isError"] is not runs, end
+        if not runs:
+            sent = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
+                    for b in m["content"] if b.get("type") == "tool_result"][-1]
+            assert sent["is_error"] and ("--approve" in str(sent["content"]))

@@ -27,6 +27,15 @@ class ToolStarted:
 
 
 @dataclass(slots=True)
+class ApprovalRequested:
+    """A call that waits for the user's consent before it runs."""
+
+    tool_id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass(slots=True)
 class ToolProgressed:
     tool_id: str
     elapsed: float
@@ -64,5 +73,5 @@ class TurnFinished:
     detail: str | None = None  # a refusal's explanation, when the API gives one
 
 
-Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ToolStarted, ToolProgressed, ToolEnded,
+Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ToolStarted, ApprovalRequested, ToolProgressed, ToolEnded,
               ContextChanged, TurnFailed, TurnFinished]

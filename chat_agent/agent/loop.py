@@ -12,12 +12,13 @@ import logging
 import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.agent.events import (ArtifactDelta, ContextChanged, Event, ToolEnded,
-                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.events import (ApprovalRequested, ArtifactDelta, ContextChanged, Event, ToolEnded,
+                                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 from chat_agent.agent.partial import FieldStream
@@ -74,6 +75,7 @@ class Turn:
     window: int | None = None  # history messages before this turn the model sees (None: all)
     start: int = 0  # where this turn's messages begin in the history (set by run_turn)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
+    approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
     usage: Usage = field(default_factory=Usage)
     detail: str | None = None  # why the model stopped, when the API says (a refusal's explanation)
 
@@ -227,9 +229,9 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
             if call["id"] in invalid:
                 result = _invalid_result(invalid[call["id"]])
             else:
-                    result = await agent.registry.run(call["id"], call["name"], call["input"], owner=turn.owner,
-                                                  conversation_id=turn.conversation_id, on_progress=on_progress,
-                                                  services=turn.services)
+                result = await _consent(turn, call, events.put_nowait, started) or await agent.registry.run(
+                    call["id"], call["name"], call["input"], owner=turn.owner, conversation_id=turn.conversation_id,
+                    on_progress=on_progress, services=turn.services)
         except Exception:  # the registry reports tool failures itself; this is a bug in it
             log.exception("tool registry failed on %s", call["name"])
             result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)
@@ -254,6 +256,23 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
             await _cancel(tasks)
         conv.add_tool_results([_result_block(call["id"], results.get(call["id"])) for call in calls],
                               note=None if finished else STOPPED_NOTE)
+
+
+async def _consent(turn: Turn, call: dict[str, Any], emit: Callable[[Event], None],
+                   started: float) -> ToolResult | None:
+    """Asks the user about a call that needs approval: None once it may run, else the
+    result of the call that did not (declined, with the user's reason, or timed out)."""
+    gate = turn.approvals
+    if not gate.needs(call["name"]):
+        return None
+    emit(ApprovalRequested(call["id"], call["name"], call["input"]))
+    decision = await gate.wait(call["id"])
+    if decision.approved:
+        # Tells every client the request is answered (the card stops asking) before the tool runs.
+        emit(ToolProgressed(call["id"], time.monotonic() - started, "Approved; running"))
+        return None
+    text = decision.refusal(gate.timeout)
+    return ToolResult(content=text, output=text, is_error=True)
 
 
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from chat_agent.protocol import AnyServerFrame, ContextCleared, ContextUpdate, Done, ErrorFrame
+from chat_agent.protocol import AnyServerFrame, ApprovalRequest, ContextCleared, ContextUpdate, Done, ErrorFrame
 
 from .connection import DEFAULT_URL, ChatClient
 from .console import LineReader, Output, SigintRouter
@@ -60,6 +60,11 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--attach", action="append", default=[], metavar="PATH",
                         help="upload a file and attach it to the message (repeatable)")
     parser.add_argument("--research", action="store_true", help="offer deep research to the model")
+    parser.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
+                        help="ask before this tool runs ('*': every tool), besides the server's own list (repeatable)")
+    parser.add_argument("--approve", choices=("ask", "yes", "no"), default="ask",
+                        help="answer tool approval requests: ask on the terminal (default; declined when there is "
+                             "no terminal), or approve / decline every one without asking (for scripts)")
     return parser
 
 
@@ -69,6 +74,8 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         settings["enableDeepResearch"] = True
     if args.model:
         settings["model"] = args.model
+    if args.require_approval:
+        settings["requireApproval"] = args.require_approval
     return settings
 
 
@@ -81,6 +88,8 @@ class Ui:
     json: bool
     sigint: SigintRouter = field(default_factory=SigintRouter)
     more_before: str | None = None  # the oldest message shown, when older ones exist (`/more`)
+    approve: str = "ask"  # how approval requests are answered (`--approve`)
+    reader: LineReader = field(default_factory=LineReader)  # the terminal's lines, one reader for all
 
     def show(self, frame: AnyServerFrame) -> None:
         if self.json:
@@ -100,7 +109,7 @@ def make_ui(args: argparse.Namespace, env: Mapping[str, str]) -> Ui:
     # Scripted: the reply alone on stdout, decoration on stderr. Interactive: all on stdout.
     info = sys.stderr if args.message is not None else sys.stdout
     renderer = TurnRenderer(Style.for_stream(info, env), live=info.isatty())
-    return Ui(Output(sys.stdout, info), renderer, args.json)
+    return Ui(Output(sys.stdout, info), renderer, args.json, approve=args.approve)
 
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
@@ -166,7 +175,12 @@ async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
 async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui,
                    attachments: list[dict[str, Any]] | None = None) -> int:
     """Run a turn; the first Ctrl-C sends `abort`, a second one stops waiting."""
-    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=ui.show, attachments=attachments or None))
+    async def on_frame(frame: AnyServerFrame) -> None:
+        ui.show(frame)
+        if isinstance(frame, ApprovalRequest):
+            await answer_approval(client, frame, ui)
+
+    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=on_frame, attachments=attachments or None))
     aborts: list[asyncio.Task[None]] = []
 
     def on_sigint() -> None:
@@ -191,6 +205,23 @@ async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: 
     return exit_code(done, done.error)
 
 
+async def answer_approval(client: ChatClient, request: ApprovalRequest, ui: Ui) -> None:
+    """Approves or declines a tool call as `--approve` says, asking on the terminal by default."""
+    if ui.approve != "ask":
+        approved, why = ui.approve == "yes", None if ui.approve == "yes" else "Declined by the client (--approve no)."
+    elif not sys.stdin.isatty():
+        approved, why = False, "Declined: the client has no terminal to ask on (run it with --approve yes)."
+    else:
+        shown = json.dumps(request.input, ensure_ascii=False)
+        shown = shown if len(shown) <= 400 else shown[:400] + "…"
+        ui.out.info.write(f"  {request.name} {shown}\n")
+        ui.out.info.flush()
+        line = await ui.reader.read(f"run {request.name}? [y/N] ")
+        approved = (line or "").strip().lower() in ("y", "yes")
+        why = None if approved else "Declined by the user."
+    await client.approve(request.tool_id, approved, why)
+
+
 def _being_cancelled() -> bool:
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
@@ -205,7 +236,7 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
             ui.out.info.write(render_history(session, ui.renderer.style) + "\n")
         if tty:
             ui.out.info.write(banner(session, ui.renderer.style) + "\n")
-    reader, settings = LineReader(), settings_from(args)
+    reader, settings = ui.reader, settings_from(args)
     attachments: list[dict[str, Any]] = []
     prompt = ui.renderer.style.bold("you › ") if tty else ""
     while True:

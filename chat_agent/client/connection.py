@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator, Callable
 from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
-from chat_agent.protocol import (AbortIn, AnyServerFrame, ArtifactState, ClearContextIn, ClientModel,
+from chat_agent.protocol import (AbortIn, AnyServerFrame, ApproveIn, ArtifactState, ClearContextIn, ClientModel,
                                  EditArtifactIn, MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn, SessionFrame)
 
 from .artifact import ArtifactView
@@ -273,6 +273,11 @@ class ChatClient:
 
     async def abort(self) -> None:
         await self.send(AbortIn(type="abort"))
+
+    async def approve(self, tool_id: str, approved: bool, message: str | None = None) -> None:
+        """Answers an `approval_request`: the tool runs, or it is declined with `message`."""
+        extra = {"message": message} if message is not None else {}
+        await self.send(ApproveIn(type="approve", tool_id=tool_id, approved=approved, **extra))
 
     async def clear_context(self) -> None:
         await self.send(ClearContextIn(type="clear_context"))

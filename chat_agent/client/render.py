@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Mapping
 
-from chat_agent.protocol import (AnyServerFrame, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
+from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
                                  AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
                                  Pong, SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd,
                                  ToolPart, ToolProgress, ToolStart, VisibleMessage)
@@ -169,6 +169,8 @@ class TurnRenderer:
             case ToolStart(tool_id=tool_id, name=name, input=tool_input):
                 self._open_tools[tool_id] = name
                 return self._line(tool_card(name, tool_input, self.style))
+            case ApprovalRequest(name=name):
+                return self._line(self.style.bold(f"⏸ {name} waits for your approval"))
             case ToolProgress(tool_id=tool_id, elapsed=elapsed, status=status):
                 name = self._open_tools.get(tool_id, "")
                 who = f"{name}: " if len(self._open_tools) > 1 and name else ""

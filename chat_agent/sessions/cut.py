@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chat_agent.protocol import ErrorFrame, MessageStatus, Usage
+from chat_agent.protocol import ApprovalInfo, ErrorFrame, MessageStatus, Usage
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.replica import reply_from_log
 from chat_agent.store import Store, TurnRecord
@@ -48,9 +48,10 @@ NOT_SAVED = Cut(
 
 
 async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> None:
-    reply, unfinished = await reply_from_log(store, record)
+    pending: dict[str, ApprovalInfo] = {}
+    reply, unfinished = await reply_from_log(store, record, pending=pending)
     await live.load()  # the model-facing history, let go again by `finish`
     live.manager.repair(unfinished, cut.note, cut.result)
-    live.adopt(record, reply)
+    live.adopt(record, reply, pending)
     live.publish(ErrorFrame(code="internal", message=cut.message))
     live.finish("error", Usage(), status=cut.status)

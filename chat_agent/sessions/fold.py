@@ -11,8 +11,9 @@ the model call that asked for them is complete.
 
 from __future__ import annotations
 
-from chat_agent.protocol import (ContentChunk, Done, MessageStatus, ServerFrame, StopReason, TextPart, ThinkingChunk,
-                                 ThinkingPart, ToolEnd, ToolPart, ToolStart, VisibleMessage)
+from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ContentChunk, Done, MessageStatus, ServerFrame,
+                                 StopReason, TextPart, ThinkingChunk, ThinkingPart, ToolEnd, ToolPart, ToolProgress,
+                                 ToolStart, VisibleMessage)
 
 _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
@@ -56,3 +57,13 @@ def _extend(message: VisibleMessage, kind: type[TextPart] | type[ThinkingPart], 
 def open_tools(message: VisibleMessage) -> list[ToolPart]:
     """Tool calls that started and have not ended."""
     return [part for part in message.parts if isinstance(part, ToolPart) and part.duration is None]
+
+
+def track_approvals(pending: dict[str, ApprovalInfo], frame: ServerFrame) -> None:
+    """Keeps the approval requests not answered yet (`session.pendingApprovals`): a request
+    is answered once its call shows progress (approved) or ends (declined, timed out)."""
+    match frame:
+        case ApprovalRequest(message_id=message_id, tool_id=tool_id, name=name, input=tool_input):
+            pending[tool_id] = ApprovalInfo(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
+        case ToolProgress(tool_id=tool_id) | ToolEnd(tool_id=tool_id):
+            pending.pop(tool_id, None)

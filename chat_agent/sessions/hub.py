@@ -25,7 +25,7 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import (AbortIn, AnyClientFrame, ArtifactState, ClearContextIn, Done, EditArtifactIn, ErrorFrame,
+from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ArtifactState, ClearContextIn, Done, EditArtifactIn, ErrorFrame,
                                  MessageIn, SelectArtifactVersionIn, SessionFrame, StopReason, ToolInfo, VisibleMessage,
                                  client_frames)
 from chat_agent.rejection import FrameRejected
@@ -54,6 +54,12 @@ Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
 # Codes that answer a malformed frame: only the socket that sent it is told. Any other
 # rejection is news for everyone on the conversation, published in its event log.
 LOCAL_CODES = frozenset({"invalid_frame", "unknown_type", "empty_message", "too_large"})
+
+
+def for_sender(exc: FrameRejected) -> bool:
+    """A refusal only the socket that sent the frame is told of (a malformed frame, an
+    answer to an approval nobody asked for); others are published in the conversation."""
+    return exc.only_sender or exc.code in LOCAL_CODES
 # A lease released or expired between looking and forwarding: look again, a little later.
 CLAIM_ATTEMPTS = 20
 CLAIM_RETRY = 0.05
@@ -441,7 +447,7 @@ class Hub:
             if task is not None:
                 await self._outcome(task)
         except FrameRejected as exc:
-            if exc.code in LOCAL_CODES:
+            if for_sender(exc):
                 return Answer("rejected", exc.code, exc.message)
             # published in the conversation already: its sender sees it there
         finally:
@@ -466,6 +472,10 @@ class Hub:
                     return task
                 case AbortIn():
                     await live.abort()
+                case ApproveIn(tool_id=tool_id, approved=approved, message=message):
+                    if not live.approve(tool_id, approved, message):
+                        raise FrameRejected("not_found", f"No tool call waits for approval under {tool_id!r} "
+                                                         "(it was answered already, timed out, or never asked).", only_sender=True)
                 case ClearContextIn():
                     await self.clear(live)
                 case SelectArtifactVersionIn(index=index):
@@ -475,7 +485,7 @@ class Hub:
                 case _:
                     raise TypeError(f"not a command: {frame!r}")
         except FrameRejected as exc:
-            if exc.code in LOCAL_CODES:
+            if for_sender(exc):
                 raise
             live.publish(ErrorFrame(code=exc.code, message=exc.message))
         return None
@@ -487,7 +497,7 @@ class Hub:
         if task.cancelled():
             return
         exc = task.exception()
-        if isinstance(exc, FrameRejected) and exc.code not in LOCAL_CODES:
+        if isinstance(exc, FrameRejected) and not for_sender(exc):
             live.publish(ErrorFrame(code=exc.code, message=exc.message))
 
     # ---- writes the store lost ---------------------------------------------------------------

@@ -20,19 +20,21 @@ import time
 from collections import deque
 from typing import Any, Awaitable, Callable, Protocol, Sequence, TypeVar
 
+from chat_agent.agent.approval import ApprovalGate
 from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.ids import new_id
-from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
+from chat_agent.protocol import (ApprovalInfo, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
                                  ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
-from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for
+from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for, track_approvals
 from chat_agent.sessions.runner import drive
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
+NOT_ANSWERED = "Not run: the turn was stopped before the user answered the approval request."
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
 # Seconds the model-facing history stays loaded after a turn: a conversation going on
 # does not read its history back for every message, an idle one holds only its size.
@@ -69,6 +71,8 @@ class LiveConversation:
         self._turn_id: str | None = None
         self._reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
         self._tool_started: dict[str, float] = {}  # open tool cards: when each started
+        self._approvals: dict[str, ApprovalInfo] = {}  # the turn's requests not answered yet
+        self._gate: ApprovalGate | None = None  # where the running turn's calls wait for the user
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         # The newest client message ids seen while open, so that a retry is known at once;
         # bounded, since the store has them all (checked before a turn starts).
@@ -127,6 +131,7 @@ class LiveConversation:
                             lambda: self._committed(seq, turn_id, kind, text))
 
     def _track_tools(self, frame: ServerFrame) -> None:
+        track_approvals(self._approvals, frame)
         if isinstance(frame, ToolStart):
             self._tool_started[frame.tool_id] = time.monotonic()
         elif isinstance(frame, ToolEnd):
@@ -189,7 +194,13 @@ class LiveConversation:
         task = asyncio.get_running_loop().create_task(self._run(agent, turn, self._reply.id), name=f"turn:{self.id}")
         task.add_done_callback(lambda done: self._ended(done, turn.usage))
         self._task = task
+        self._gate = turn.approvals
         return task
+
+    def approve(self, tool_id: str, approved: bool, message: str | None) -> bool:
+        """The user's answer to an approval request of the running turn; False when no call
+        waits under that id (unknown, answered already, timed out)."""
+        return self._gate is not None and tool_id in self._approvals and self._gate.answer(tool_id, approved, message)
 
     def _open(self, turn_id: str, message_id: str, now: float) -> None:
         first_seq = self._seq + 1
@@ -221,13 +232,14 @@ class LiveConversation:
             self.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)
         self.finish(stop, usage, detail=detail)
 
-    def adopt(self, record: TurnRecord, reply: VisibleMessage) -> None:
+    def adopt(self, record: TurnRecord, reply: VisibleMessage, pending: dict[str, ApprovalInfo] | None = None) -> None:
         """Takes over a turn that a crashed process left running, with its reply as the event
         log shows it, so that `finish` can close it."""
         self._turn_id = record.id
         self._reply = reply
         now = time.monotonic()
         self._tool_started = {call.tool_id: now for call in open_tools(reply)}
+        self._approvals = dict(pending or {})
 
     def finish(self, stop: StopReason, usage: Usage, *, status: str | None = None, detail: str | None = None) -> None:
         """Closes open tool cards, stores the reply and publishes `done`. Synchronous, so
@@ -237,7 +249,8 @@ class LiveConversation:
         now = time.monotonic()
         for call in open_tools(reply):
             started = self._tool_started.get(call.tool_id, now)
-            self.publish(ToolEnd(tool_id=call.tool_id, name=call.name, output="Cancelled before it finished.",
+            output = NOT_ANSWERED if call.tool_id in self._approvals else "Cancelled before it finished."
+            self.publish(ToolEnd(tool_id=call.tool_id, name=call.name, output=output,
                                  duration=round(now - started, 3), is_error=True))
         reply.status = status or reply_status(stop)
         status = status or status_for(stop)
@@ -248,6 +261,8 @@ class LiveConversation:
         self._reply = None
         self._turn_id = None
         self._tool_started.clear()
+        self._approvals.clear()
+        self._gate = None
         # Idle again: the model-facing history is in the store, and let go unless a turn follows soon.
         self._unload = asyncio.get_running_loop().call_later(KEEP_LOADED, self._let_go)
 
@@ -388,7 +403,8 @@ class LiveConversation:
         def capture() -> tuple[tuple[SessionFrame, VisibleMessage | None], None, int]:
             context = ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens)
             frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
-                                 artifact=self.canvas.state(), context=context, tools=tools, running=self.running)
+                                 artifact=self.canvas.state(), context=context, tools=tools, running=self.running,
+                                 pending_approvals=[info.model_copy() for info in self._approvals.values()])
             reply = self.reply()
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from chat_agent.agent.approval import ApprovalGate
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import MemoryBook, render_memories
@@ -126,7 +127,10 @@ class TurnPreparer:
                                 documents=self._documents, model=self._agent.model)
         turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
                     thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
-                    tool_choice=plan.tool_choice, window=plan.window, services=services)
+                    tool_choice=plan.tool_choice, window=plan.window, services=services,
+                    # a message can add tools to the server's list, never take one off it
+                    approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
+                                           self._settings.approval_timeout))
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)

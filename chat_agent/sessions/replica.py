@@ -9,18 +9,20 @@ was told: a reply folded from it up to a seq is what a client that saw those fra
 from __future__ import annotations
 
 from chat_agent.canvas.artifact import artifact_state
-from chat_agent.protocol import (ContentChunk, ContextInfo, ContextUpdate, SessionFrame, ToolInfo, VisibleMessage,
+from chat_agent.protocol import (ApprovalInfo, ContentChunk, ContextInfo, ContextUpdate, SessionFrame, ToolInfo, VisibleMessage,
                                  server_frames)
-from chat_agent.sessions.fold import fold
+from chat_agent.sessions.fold import fold, track_approvals
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.store import Store, TurnRecord
 
 ATTEMPTS = 5  # snapshots read again when a turn ended while one was being read
 
 
-async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None) -> tuple[VisibleMessage, str]:
+async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None,
+                         pending: dict[str, ApprovalInfo] | None = None) -> tuple[VisibleMessage, str]:
     """The turn's reply as its frames (up to seq `upto`) built it, and the text streamed by
-    the model call that had not completed (its reply was not in the history yet)."""
+    the model call that had not completed (its reply was not in the history yet). Fills
+    `pending` with the approval requests not answered by then."""
     events = await store.events_after(turn.owner, turn.conversation_id, turn.first_seq - 1)
     reply = VisibleMessage(id=turn.message_id, role="assistant", created_at=turn.started_at, status="streaming")
     unfinished: list[str] = []
@@ -31,6 +33,8 @@ async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None
             continue
         frame = server_frames.validate_json(event.frame)
         fold(reply, frame)
+        if pending is not None:
+            track_approvals(pending, frame)
         if isinstance(frame, ContentChunk):
             unfinished.append(frame.content)
         elif isinstance(frame, ContextUpdate):  # sent once a call's reply is in the history
@@ -53,7 +57,8 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
         size = await store.history_size(owner, conversation_id, "model")
         artifact = await store.get_artifact(owner, conversation_id)
         turns = await store.running_turns(conversation_id)
-        reply = (await reply_from_log(store, turns[-1], upto=seq))[0] if turns else None
+        pending: dict[str, ApprovalInfo] = {}
+        reply = (await reply_from_log(store, turns[-1], upto=seq, pending=pending))[0] if turns else None
         page = await store.history_page(owner, conversation_id, "visible", None,
                                         SESSION_MESSAGES - (reply is not None))
         if page is None:
@@ -62,7 +67,8 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
             continue  # the turn ended meanwhile: its reply is stored, read it all again
         frame = SessionFrame(conversation_id=conversation_id, seq=seq, title=record.title,
                              artifact=artifact_state(artifact), tools=tools, running=bool(turns),
-                             context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens))
+                             context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),
+                             pending_approvals=list(pending.values()))
         budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
         frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
         return frame

@@ -11,11 +11,11 @@ import logging
 from contextlib import aclosing
 from typing import Callable
 
-from chat_agent.agent.events import (ArtifactDelta, ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
+from chat_agent.agent.events import (ApprovalRequested, ArtifactDelta, ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
                                      ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.agent.loop import Agent, Turn, run_turn
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame, StopReason,
+from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame, StopReason,
                                  ThinkingChunk, ToolEnd, ToolProgress, ToolStart)
 from chat_agent.tracing import turn_span
 
@@ -62,6 +62,8 @@ def frame_for(event: Event, message_id: str) -> ServerFrame:
             return ArtifactChunk(tool_id=tool_id, content=text)
         case ToolStarted(tool_id=tool_id, name=name, input=tool_input):
             return ToolStart(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
+        case ApprovalRequested(tool_id=tool_id, name=name, input=tool_input):
+            return ApprovalRequest(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
         case ToolProgressed(tool_id=tool_id, elapsed=elapsed, status=status):
             return ToolProgress(tool_id=tool_id, elapsed=round(elapsed, 3), status=status)
         case ToolEnded(tool_id=tool_id, name=name, output=output, duration=duration, is_error=is_error):

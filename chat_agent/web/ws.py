@@ -14,9 +14,9 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chat_agent.web.auth import authenticate
-from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, LOCAL_CODES, Hub
+from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub, for_sender
 from chat_agent.sessions.live import LiveConversation
-from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
+from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.text import all_encodable
@@ -182,7 +182,7 @@ class Connection:
             return  # aborted: the hub has published `done`
         exc = task.exception()
         if isinstance(exc, FrameRejected):
-            if exc.code in LOCAL_CODES or task.get_name().startswith("forward:"):
+            if for_sender(exc) or task.get_name().startswith("forward:"):
                 self._reject(exc)  # else the owner published it
         elif exc is not None:
             log.error("failed to start a turn", exc_info=exc)
@@ -197,7 +197,7 @@ class Connection:
                 task = await hub.command(live, frame)
                 if task is not None:
                     task.add_done_callback(self._started)
-            case AbortIn() | ClearContextIn() | SelectArtifactVersionIn() | EditArtifactIn():
+            case AbortIn() | ApproveIn() | ClearContextIn() | SelectArtifactVersionIn() | EditArtifactIn():
                 await hub.command(live, frame)
             case ResumeIn(after_seq=after_seq):
                 if self._closing is None:

@@ -18,12 +18,15 @@ export function describe(frame: ServerFrame): string {
         `tools ${frame.tools.map((t) => t.name).join()}, protocol ${frame.protocolVersion + 0}, ` +
         `features ${frame.features.join()}, last ${frame.messages.map((m) => m.parts.map(part).join("|")).pop() ?? ""}, ` +
         // always sent (1.1 paging): null, or the id of the oldest message sent when older ones exist
-        `older ${frame.moreBefore === null ? "none" : frame.moreBefore.length}`;
+        `older ${frame.moreBefore === null ? "none" : frame.moreBefore.length}, ` +
+        `waiting ${frame.pendingApprovals.map((a) => `${a.toolId} ${a.name} ${a.messageId}`).join()}`;
     case "content_chunk":
     case "thinking_chunk":
       return `${frame.messageId} #${frame.seq + 1}: ${frame.content.length}`;
     case "tool_start":
       return `${frame.toolId} ${frame.name} ${Object.keys(frame.input).length}`;
+    case "approval_request":
+      return `${frame.messageId} ${frame.toolId} ${frame.name} ${Object.keys(frame.input).length}`;
     case "tool_progress":
       return `${frame.toolId} ${frame.elapsed.toFixed(1)} ${frame.status}`;
     case "tool_end":
@@ -88,6 +91,8 @@ export function encode(frame: ClientFrame): string {
       return `edit ${frame.content.length}`;
     case "resume":
       return `resume ${frame.afterSeq + 0}`;
+    case "approve":
+      return `approve ${frame.toolId} ${frame.approved ? "yes" : "no"}${frame.message ?? ""}`;
     default:
       return unhandled(frame);
   }
