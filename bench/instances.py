@@ -350,7 +350,7 @@ class BusTap:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.bus.close()
 
-    def _frames(self, conversation_id: str, frames: list) -> None:
+    def _frames(self, conversation_id: str, frames: list, instance: str = "") -> None:
         now = time.perf_counter()
         for seq, *_ in frames:
             self.seen.setdefault((conversation_id, seq), now)

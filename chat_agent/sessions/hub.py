@@ -176,14 +176,36 @@ class Hub:
         if self.ownership.holds(conversation_id):
             self._spawn(self.ownership.release(conversation_id, idle), f"release:{conversation_id}")
 
+    def spawn(self, job, name: str) -> None:
+        """Runs `job` in the background, held until it ends (an abort sent by a request that
+        is going away must still be carried out)."""
+        self._spawn(job, name)
+
     def _spawn(self, job, name: str) -> None:
         task = asyncio.get_running_loop().create_task(job, name=name)
         self._recoveries.add(task)
         task.add_done_callback(self._recoveries.discard)
 
-    async def _create(self, owner: str) -> LiveConversation:
+    async def attach_thread(self, owner: str, thread_id: str, listener: Listener) -> LiveConversation | None:
+        """`attach` for a client that names the conversation itself (AG-UI's threadId): the
+        caller's conversation of that id, created under it when nobody has one; None when
+        the id is someone else's."""
+        live = await self.open(owner, thread_id)
+        if live is None:
+            lock = self._loading.setdefault(thread_id, asyncio.Lock())
+            async with lock:
+                live = self._live.get(thread_id)
+                if live is None and not await self.store.conversation_taken(thread_id):
+                    live = await self._create(owner, thread_id)
+            self._loading.pop(thread_id, None)
+        if live is None or live.owner != owner:
+            return None
+        live.listeners.add(listener)
+        return live
+
+    async def _create(self, owner: str, conversation_id: str | None = None) -> LiveConversation:
         now = time.time()
-        record = ConversationRecord(id=new_id(hex_chars=32), owner=owner, title=None, created_at=now,
+        record = ConversationRecord(id=conversation_id or new_id(hex_chars=32), owner=owner, title=None, created_at=now,
                                     updated_at=now, last_seq=0)
         self.writer.submit([CreateConversation(owner, record.id, now)])
         return self._remember(record, HistorySize(), None)
@@ -359,7 +381,8 @@ class Hub:
 
     # ---- commands, wherever the conversation runs ----------------------------------------------
 
-    async def command(self, live: LiveConversation, frame: AnyClientFrame) -> asyncio.Task[None] | None:
+    async def command(self, live: LiveConversation, frame: AnyClientFrame, *,
+                      echo: bool = False) -> asyncio.Task[None] | None:
         """Runs a client's command on the instance that owns the conversation: this one (taking
         it if nobody holds it) or the holder, which the command is forwarded to. Raises
         FrameRejected for the socket that sent it; rejections everyone should see are
@@ -367,39 +390,43 @@ class Hub:
 
         A `message` returns as soon as the conversation is busy with it (so that an `abort`
         read next finds it): with the task that prepares the turn, or that waits for the
-        owner's answer, which a FrameRejected may still end."""
+        owner's answer, which a FrameRejected may still end.
+
+        `echo`: a refusal published in the conversation is raised to the caller as well (a
+        caller that is not one of its sockets, like an AG-UI run, learns of it only so)."""
         owner = self._owners.get(live.id)
         if owner is not None and live.running and not self.ownership.holds(live.id):
             # A turn runs elsewhere and its frames say where: straight there (an `abort` above
             # all), without asking the database first. Not the owner any more: see `_forward`.
-            return await self._send_on(live, owner, frame)
+            return await self._send_on(live, owner, frame, echo)
         for _ in range(CLAIM_ATTEMPTS):
             owned, holder = await self._claim(live)
             if owned:
-                return await self._execute(live, frame)
+                return await self._execute(live, frame, echo)
             if holder is None:
                 await asyncio.sleep(CLAIM_RETRY)
                 continue  # released meanwhile: take it
             if not self.bus.shared:
                 raise FrameRejected("busy", "Another server instance runs this conversation, and it cannot be "
                                             "reached from here (no bus is configured); try again later.")
-            return await self._send_on(live, holder, frame)
+            return await self._send_on(live, holder, frame, echo)
         raise FrameRejected("internal", UNREACHABLE)
 
-    async def _send_on(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> asyncio.Task[None] | None:
-        forward = self._forward(live, holder, frame)
+    async def _send_on(self, live: LiveConversation, holder: str, frame: AnyClientFrame,
+                       echo: bool) -> asyncio.Task[None] | None:
+        forward = self._forward(live, holder, frame, echo)
         if isinstance(frame, MessageIn):
             return asyncio.get_running_loop().create_task(forward, name=f"forward:{live.id}")
         await forward
         return None
 
-    async def _forward(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
+    async def _forward(self, live: LiveConversation, holder: str, frame: AnyClientFrame, echo: bool) -> None:
         # The command's span here is the parent of the owner's turn: one trace across both.
         with forward_span(frame.type, live.id):
-            await self._forward_traced(live, holder, frame)
+            await self._forward_traced(live, holder, frame, echo)
 
-    async def _forward_traced(self, live: LiveConversation, holder: str, frame: AnyClientFrame) -> None:
-        message = {"c": live.id, "u": live.owner, "trace": inject(),
+    async def _forward_traced(self, live: LiveConversation, holder: str, frame: AnyClientFrame, echo: bool) -> None:
+        message = {"c": live.id, "u": live.owner, "trace": inject(), "echo": echo,
                    "frame": frame.model_dump(mode="json", by_alias=True, exclude_unset=True)}
         for _ in range(CLAIM_ATTEMPTS):
             try:
@@ -414,7 +441,7 @@ class Hub:
             await asyncio.sleep(CLAIM_RETRY)
             owned, new_holder = await self._claim(live)
             if owned:
-                task = await self._execute(live, frame)
+                task = await self._execute(live, frame, echo)
                 if task is not None:
                     await self._outcome(task)
                 return
@@ -443,11 +470,12 @@ class Hub:
             if not await self.own(live):
                 return Answer("not_owner")
             with attached(extract(message.get("trace"))):  # the turn it starts joins the sender's trace
-                task = await self._execute(live, client_frames.validate_python(message["frame"]))
+                task = await self._execute(live, client_frames.validate_python(message["frame"]),
+                                           bool(message.get("echo")))
             if task is not None:
                 await self._outcome(task)
         except FrameRejected as exc:
-            if for_sender(exc):
+            if for_sender(exc) or message.get("echo"):
                 return Answer("rejected", exc.code, exc.message)
             # published in the conversation already: its sender sees it there
         finally:
@@ -461,7 +489,8 @@ class Hub:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()  # type: ignore[misc]
 
-    async def _execute(self, live: LiveConversation, frame: AnyClientFrame) -> asyncio.Task[None] | None:
+    async def _execute(self, live: LiveConversation, frame: AnyClientFrame,
+                       echo: bool = False) -> asyncio.Task[None] | None:
         """A command, here where the conversation is owned; a message's preparation task."""
         try:
             match frame:
@@ -488,6 +517,8 @@ class Hub:
             if for_sender(exc):
                 raise
             live.publish(ErrorFrame(code=exc.code, message=exc.message))
+            if echo:
+                raise
         return None
 
     @staticmethod

@@ -118,6 +118,11 @@ class Store(ABC):
         """None if it does not exist or belongs to someone else."""
 
     @abstractmethod
+    async def conversation_taken(self, conversation_id: str) -> bool:
+        """Whether a conversation of anyone has this id (a client naming a new one, AG-UI's
+        threadId, must not land on someone else's)."""
+
+    @abstractmethod
     async def list_conversations(
         self,
         owner: str,

@@ -190,6 +190,9 @@ class PostgresStore(Store):
         rows = await self._read(f"{reads.CONVERSATION} WHERE id = ? AND owner = ?", (conversation_id, owner))
         return ConversationRecord(*rows[0]) if rows else None
 
+    async def conversation_taken(self, conversation_id: str) -> bool:
+        return bool(await self._read(reads.CONVERSATION_TAKEN, (conversation_id,)))
+
     async def list_conversations(
         self,
         owner: str,

@@ -18,6 +18,7 @@ from chat_agent.store.records import ArtifactVersionRecord, HistoryItem, Memorie
 CONVERSATION = (
     "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead FROM conversations"
 )
+CONVERSATION_TAKEN = "SELECT 1 FROM conversations WHERE id = ?"
 # A total order (ids are unique), so a page can start exactly after the last row of the one
 # before; the index on (owner, updated_at DESC) serves it, ties on updated_at sorted by id.
 NEWEST_FIRST = "updated_at DESC, id DESC"

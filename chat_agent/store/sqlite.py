@@ -226,6 +226,9 @@ class SqliteStore(Store):
         rows = await self._fetch(sql, (conversation_id, owner))
         return ConversationRecord(*rows[0]) if rows else None
 
+    async def conversation_taken(self, conversation_id: str) -> bool:
+        return bool(await self._fetch(reads.CONVERSATION_TAKEN, (conversation_id,)))
+
     async def list_conversations(
         self,
         owner: str,

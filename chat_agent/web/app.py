@@ -23,7 +23,7 @@ from chat_agent.sessions.queue import JobQueue, LocalQueue
 from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
-from chat_agent.web import canvas_routes, history_routes, http, upload_routes
+from chat_agent.web import agui_routes, canvas_routes, history_routes, http, upload_routes
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
 from chat_agent.web.backlog import Backlogs
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             await the_store.close()
             await the_model.close()
 
-    routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes,
+    routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint)]
     return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),
                      exception_handlers=EXCEPTION_HANDLERS)

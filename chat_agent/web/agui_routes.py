@@ -1,0 +1,193 @@
+"""`POST /api/ag-ui` (PROTOCOL 1.1 "AG-UI"): a run of the AG-UI protocol on the same turn
+machinery as the WebSocket. The run's conversation is `threadId` (created under that id when
+the caller has none of it), its new message the last user message of `messages` (the server
+keeps the history: earlier messages are not sent to the model again), and `forwardedProps`
+may carry the WebSocket message's `settings`, `canvas` and `attachments`. The answer is an
+SSE stream of AG-UI events (agui_run.py). The client closing the request aborts the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from typing import Any, AsyncIterator
+
+from ag_ui.core import (BaseEvent, DataSource, DocumentPart, FileSource, ImagePart, RunAgentInput, TextPart,
+                        UserMessage)
+from ag_ui.encoder import EventEncoder
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from chat_agent.protocol import AbortIn, MessageIn, server_frames
+from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.hub import Hub
+from chat_agent.sessions.live import LiveConversation
+from chat_agent.web.errors import error
+from chat_agent.web.http import authed
+from chat_agent.web.agui_run import AgUiRun
+
+log = logging.getLogger(__name__)
+
+THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+_DONE = object()  # the conversation went away under the run (deleted, or its instance stopped)
+
+
+class _Frames:
+    """A listener on the conversation, like a socket: its committed frames, in seq order."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[tuple[int, str] | object] = asyncio.Queue()
+
+    def deliver(self, seq: int, text: str) -> None:
+        self.queue.put_nowait((seq, text))
+
+    def close(self, code: int, text: str | None = None) -> None:
+        self.queue.put_nowait(_DONE)
+
+
+async def run_agent(request: Request, hub: Hub, owner: str) -> Response:
+    body = await request.body()
+    if len(body) > hub.settings.max_frame_bytes:
+        return error(413, "too_large", f"The request has {len(body)} bytes; the limit is "
+                                       f"{hub.settings.max_frame_bytes}. Upload files with POST /api/uploads.")
+    try:
+        run_input = RunAgentInput.model_validate_json(body)
+        if not THREAD_ID.fullmatch(run_input.thread_id):
+            raise ValueError("threadId must be 1 to 128 letters, digits, '-', '_', '.' or ':'")
+        message = _message(run_input)
+    except (ValidationError, ValueError) as exc:
+        return error(400, "invalid_request", f"Not an AG-UI RunAgentInput we can run: {_reason(exc)}")
+    if (await hub.store.get_conversation(owner, run_input.thread_id) is None
+            and await hub.store.conversation_taken(run_input.thread_id)):
+        return error(404, "not_found", "No such conversation.")  # someone else's
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # proxies must not hold the stream
+    encoder = EventEncoder(accept=request.headers.get("accept"))
+    run = _Run(hub, owner, run_input, message)
+    return StreamingResponse(run.stream(encoder), media_type=encoder.get_content_type(), headers=headers)
+
+
+def _message(run_input: RunAgentInput) -> MessageIn:
+    """The run's new message: the last user message, with the WebSocket's extras."""
+    if not run_input.messages or not isinstance(run_input.messages[-1], UserMessage):
+        raise ValueError("the last message must be the user's new message")
+    content, attachments = _content(run_input.messages[-1].content)
+    props = run_input.forwarded_props if isinstance(run_input.forwarded_props, dict) else {}
+    extras = {key: props[key] for key in ("settings", "canvas") if key in props}
+    return MessageIn.model_validate({"type": "message", "content": content,
+                                     "attachments": [*attachments, *props.get("attachments", [])], **extras})
+
+
+def _content(content: str | list[Any]) -> tuple[str, list[dict[str, Any]]]:
+    if isinstance(content, str):
+        return content, []
+    texts, attachments = [], []
+    for part in content:
+        if isinstance(part, TextPart):
+            texts.append(part.text)
+        elif isinstance(part, (ImagePart, DocumentPart)):
+            attachments.append(_attachment(part))
+        else:
+            raise ValueError(f"a {part.type} part cannot be sent to this agent")
+    return "\n\n".join(texts), attachments
+
+
+def _attachment(part: ImagePart | DocumentPart) -> dict[str, Any]:
+    source = part.source
+    if isinstance(source, FileSource):  # a file uploaded with POST /api/uploads
+        return {"type": part.type, "uploadId": source.value}
+    if isinstance(part, ImagePart):
+        if isinstance(source, DataSource):
+            return {"type": "image", "data": source.value, "mediaType": source.mime_type}
+        return {"type": "image", "url": source.value}
+    raise ValueError("a document part must name an upload (a file source with its uploadId)")
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}"
+    return str(exc)
+
+
+class _Run:
+    """One request's run: attached to the conversation only while its stream is read, so a
+    client gone before the first byte leaves nothing behind."""
+
+    def __init__(self, hub: Hub, owner: str, run_input: RunAgentInput, message: MessageIn):
+        self.hub, self.owner, self.input, self.message = hub, owner, run_input, message
+        self.frames = _Frames()
+        self.sent = False  # the message went to the conversation: a client leaving now aborts it
+
+    async def stream(self, encoder: EventEncoder) -> AsyncIterator[str]:
+        hub = self.hub
+        live = await hub.attach_thread(self.owner, self.input.thread_id, self.frames)
+        run = AgUiRun(self.input.thread_id, self.input.run_id, None, None)
+        if live is None:  # deleted or taken since the request was checked
+            for event in [*run.start(self.input), *run.refused("not_found", "No such conversation.")]:
+                yield encoder.encode(event)
+            return
+        try:
+            session = await hub.snapshot(live)
+            if session is not None:
+                run = AgUiRun(live.id, self.input.run_id, session.title, session.artifact)
+            for event in run.start(self.input):
+                yield encoder.encode(event)
+            async for event in self._events(live, run):
+                yield encoder.encode(event)
+        finally:
+            if self.sent and not run.finished:
+                # The client went away mid-run: its turn stops, like a WebSocket `abort`.
+                hub.spawn(_abort(hub, live), f"ag-ui-abort:{live.id}")
+            hub.detach(live, self.frames)
+
+    async def _events(self, live: LiveConversation, run: AgUiRun) -> AsyncIterator[BaseEvent]:
+        try:
+            self.sent = True
+            preparing = await self.hub.command(live, self.message, echo=True)
+        except FrameRejected as exc:
+            self.sent = False
+            for event in run.refused(exc.code, exc.message):
+                yield event
+            return
+        while not run.finished:
+            item = await _next(self.frames, preparing)
+            if item is _DONE:
+                for event in run.refused("internal", "The conversation went away during the run."):
+                    yield event
+            elif isinstance(item, asyncio.Task):
+                preparing = None
+                exc = None if item.cancelled() else item.exception()
+                if isinstance(exc, FrameRejected):
+                    for event in run.refused(exc.code, exc.message):
+                        yield event
+            else:
+                for event in run.feed(server_frames.validate_json(item[1])):  # type: ignore[index]
+                    yield event
+
+
+async def _next(frames: _Frames, preparing: asyncio.Task[None] | None) -> tuple[int, str] | object:
+    """The next frame, or the preparation task once it ended (a refusal ends the run)."""
+    if preparing is None or not frames.queue.empty():
+        return await frames.queue.get()
+    getting = asyncio.ensure_future(frames.queue.get())
+    try:
+        done, _ = await asyncio.wait([getting, preparing], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not getting.done():
+            getting.cancel()
+    return getting.result() if getting in done else preparing
+
+
+async def _abort(hub: Hub, live: LiveConversation) -> None:
+    try:
+        await hub.command(live, AbortIn(type="abort"))
+    except FrameRejected:
+        pass  # nothing left to stop
+    except Exception:
+        log.exception("could not abort the AG-UI run of %s", live.id)
+
+
+routes = [Route("/api/ag-ui", authed(run_agent), methods=["POST"])]

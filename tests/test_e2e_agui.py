@@ -1,0 +1,197 @@
+"""AG-UI (PROTOCOL 1.1): `POST /api/ag-ui` runs a turn on the same machinery as the WebSocket
+and streams AG-UI events. Driven from Python (each event checked against the ag-ui-protocol
+package's types) and by the real AG-UI client (`@ag-ui/client`'s HttpAgent under Node, which
+verifies the event sequence itself). The same conversation is visible over the WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+from ag_ui.core import Event
+from pydantic import TypeAdapter
+
+from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
+from tests.support import ROOT, connect, send, until
+
+EVENTS = TypeAdapter(Event)
+KIT = ROOT / "tests" / "agui"
+
+
+def run_body(thread_id: str, text: str, **extra) -> dict:
+    return {"threadId": thread_id, "runId": f"run-{thread_id}", "state": {}, "tools": [], "context": [],
+            "messages": [{"id": "u1", "role": "user", "content": text}], **extra}
+
+
+async def ag_ui(server, body: dict, headers: dict | None = None, stop_after: str | None = None) -> list[dict]:
+    """The run's events, each one validated by the AG-UI package; `stop_after`: the client
+    leaves once that event type arrived."""
+    events = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with client.stream("POST", server.http_url + "/api/ag-ui", json=body, headers=headers) as response:
+            assert response.status_code == 200, await response.aread()
+            assert response.headers["content-type"].startswith("text/event-stream")
+            async for line in response.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line[len("data: "):])
+                EVENTS.validate_python(event)
+                events.append(event)
+                if event["type"] == stop_after:
+                    break
+    return events
+
+
+def types(events: list[dict]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+async def test_a_run_streams_text_tools_and_the_canvas(server, fake_anthropic):
+    artifact = {"type": "text", "title": "Tides", "content": "High tide at six."}
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", artifact)], chunk_size=4),
+                           Reply("Here are the **tides**.", chunk_size=3))
+    events = await ag_ui(server, run_body("agui-thread-1", "Write down the tides"))
+    kinds = types(events)
+    assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
+    assert events[0]["threadId"] == "agui-thread-1" and events[0]["runId"] == "run-agui-thread-1"
+    assert events[1]["snapshot"] == {"conversationId": "agui-thread-1", "title": None, "artifact": None}
+    start = kinds.index("TOOL_CALL_START")
+    assert kinds[start:start + 3] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
+    assert json.loads(events[start + 1]["delta"]) == artifact
+    chunks = [e["value"]["content"] for e in events if e["type"] == "CUSTOM" and e["name"] == "artifact_chunk"]
+    assert "".join(chunks) == artifact["content"] and kinds.index("CUSTOM") < start  # live, before the call
+    result = events[kinds.index("TOOL_CALL_RESULT")]
+    assert result["toolCallId"] == events[start]["toolCallId"] and result["metadata"]["isError"] is False
+    delta = events[kinds.index("STATE_DELTA")]["delta"]
+    assert any(op["path"] == "/artifact" and op["value"]["current"]["content"] == artifact["content"] for op in delta)
+    text = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert text == "Here are the **tides**."
+    assert kinds.index("TEXT_MESSAGE_START") < kinds.index("TEXT_MESSAGE_END") < kinds.index("RUN_FINISHED")
+    finished = events[-1]
+    assert finished["result"]["stopReason"] == "end_turn" and finished["usage"][0]["inputTokens"] > 0
+    assert any(e["type"] == "CUSTOM" and e["name"] == "context" for e in events)
+
+    # The same conversation over the WebSocket, and on from there over AG-UI again.
+    ws, session = await connect(server, "agui-thread-1")
+    assert [m["role"] for m in session["messages"]] == ["user", "assistant"]
+    assert session["messages"][0]["content"] == "Write down the tides"
+    assert session["artifact"]["current"]["content"] == artifact["content"]
+    fake_anthropic.enqueue(Reply("Second answer."))
+    await send(ws, type="message", content="And tomorrow?")
+    await until(ws, "done")
+    fake_anthropic.enqueue(Reply("Third answer."))
+    events = await ag_ui(server, run_body("agui-thread-1", "And the day after?"))
+    assert events[1]["snapshot"]["artifact"]["current"]["content"] == artifact["content"]
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Third answer."
+    # The server keeps the history: the model saw all of it once, the client's copy was not resent.
+    sent = fake_anthropic.last_main.body["messages"]
+    assert [m["role"] for m in sent] == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    await ws.close()
+
+
+async def test_refusals_errors_and_a_client_that_leaves(server, fake_anthropic):
+    url = server.http_url + "/api/ag-ui"
+    async with httpx.AsyncClient(timeout=10) as client:
+        bad = await client.post(url, content=b"{not json")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+        body = run_body("agui-thread-2", "hi")
+        body["messages"].append({"id": "a1", "role": "assistant", "content": "hello"})
+        last = await client.post(url, json=body)
+        assert last.status_code == 400 and "user" in last.json()["error"]["message"]
+        weird = await client.post(url, json=run_body("no spaces allowed", "hi"))
+        assert weird.status_code == 400
+
+    # A model failure ends the run with RUN_ERROR and the code the WebSocket would show.
+    fake_anthropic.enqueue(Fault.status(400, message="messages: nope"))
+    events = await ag_ui(server, run_body("agui-thread-3", "fail"))
+    assert types(events)[-1] == "RUN_ERROR" and events[-1]["code"] == "llm_error"
+
+    # Busy: a turn already runs in the conversation (started over the WebSocket).
+    ws, session = await connect(server)
+    cid = session["conversationId"]
+    fake_anthropic.enqueue(Reply("slow " * 300, chunk_size=5, delay=0.02))
+    await send(ws, type="message", content="take your time")
+    await until(ws, "content_chunk")
+    events = await ag_ui(server, run_body(cid, "me too"))
+    assert types(events) == ["RUN_STARTED", "STATE_SNAPSHOT", "RUN_ERROR"] and events[-1]["code"] == "busy"
+    await send(ws, type="abort")
+    await until(ws, "done")
+
+    # The client closing the request aborts its turn: the WebSocket sees it end as aborted.
+    fake_anthropic.enqueue(Reply("slow " * 300, chunk_size=5, delay=0.02))
+    events = await ag_ui(server, run_body(cid, "go slowly"), stop_after="TEXT_MESSAGE_CONTENT")
+    frames = await until(ws, "done", timeout=10)
+    assert frames[-1]["stopReason"] == "aborted"
+    await ws.close()
+
+
+async def test_someone_else_s_thread_is_not_found(make_server, fake_anthropic):
+    server = make_server(CHAT_AGENT_API_KEYS="ann:tok-ann,bob:tok-bob")
+    fake_anthropic.enqueue(Reply("Hi Ann."))
+    events = await ag_ui(server, run_body("ann-thread", "hello"), headers={"Authorization": "Bearer tok-ann"})
+    assert types(events)[-1] == "RUN_FINISHED"
+    async with httpx.AsyncClient(timeout=10) as client:
+        url = server.http_url + "/api/ag-ui"
+        theirs = await client.post(url, json=run_body("ann-thread", "mine now"),
+                                   headers={"Authorization": "Bearer tok-bob"})
+        assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "not_found"
+        nobody = await client.post(url, json=run_body("ann-thread", "hi"))
+        assert nobody.status_code == 401
+    ws, session = await connect(server, "ann-thread", token="tok-ann")
+    assert session["messages"][-1]["content"] == "Hi Ann."
+    await ws.close()
+
+
+@pytest.fixture(scope="module")
+def agui_kit(tmp_path_factory) -> Path:
+    """tests/agui with its pinned @ag-ui/client installed."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        reason = f"the AG-UI client check needs {' and '.join(missing)} (apt-get install nodejs npm)"
+        if os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    work = tmp_path_factory.mktemp("agui")
+    for name in ("package.json", "package-lock.json", "run.mjs"):
+        shutil.copy(KIT / name, work / name)
+    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
+                   capture_output=True, timeout=600)
+    return work
+
+
+async def _node(kit: Path, *args: str) -> dict:
+    proc = await asyncio.create_subprocess_exec("node", "run.mjs", *args, cwd=kit, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+async def test_the_real_ag_ui_client_runs_the_agent(server, fake_anthropic, agui_kit):
+    artifact = {"type": "code", "title": "hello.py", "language": "python", "content": "print('hi')\n"}
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", artifact)]), Reply("Wrote hello.py for you."))
+    outcome = await _node(agui_kit, server.http_url + "/api/ag-ui", "agui-js-thread", "write hello.py")
+    assert outcome["failure"] is None, outcome
+    assert outcome["events"][0] == "RUN_STARTED" and outcome["events"][-1] == "RUN_FINISHED"
+    roles = [m["role"] for m in outcome["messages"]]
+    assert roles[0] == "user" and "tool" in roles and roles[-1] == "assistant"
+    assert outcome["messages"][-1]["content"] == "Wrote hello.py for you."
+    calls = [c for m in outcome["messages"] if m["role"] == "assistant" for c in m.get("toolCalls", [])]
+    assert calls and calls[0]["function"]["name"] == "generate_artifact"
+    assert outcome["state"]["artifact"]["current"]["content"] == artifact["content"]
+
+    # The client aborting its run (it closes the request) stops the turn on the server.
+    ws, session = await connect(server, "agui-js-thread")
+    fake_anthropic.enqueue(Reply("slow " * 300, chunk_size=5, delay=0.02))
+    outcome = await _node(agui_kit, server.http_url + "/api/ag-ui", "agui-js-thread", "go slowly",
+                          "TEXT_MESSAGE_CONTENT")
+    assert "TEXT_MESSAGE_CONTENT" in outcome["events"] and "RUN_FINISHED" not in outcome["events"]
+    frames = await until(ws, "done", timeout=10)
+    assert frames[-1]["stopReason"] == "aborted"
+    await ws.close()
