@@ -158,6 +158,8 @@ class Settings:
     redis_url: str | None = None
     instance_id: str = ""  # "" : a new one each start
     lease_seconds: float = 10.0
+    # The offline demo model (chat_agent/model/demo.py) instead of Anthropic's.
+    demo: bool = False
 
     @property
     def auth_enabled(self) -> bool:
@@ -221,4 +223,6 @@ class Settings:
             instance_id=_instance_id(env),
             lease_seconds=_lease_seconds(env),
             research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
+            # The variable never hides a real key's model: only `--demo` does that (server.py).
+            demo=_flag(env, "CHAT_AGENT_DEMO") and not env.get("ANTHROPIC_API_KEY"),
         )

@@ -248,6 +248,9 @@ class SessionFrame(ServerFrame):
     context: ContextInfo
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
+    # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
+    # as that the replies come from the offline demo model. Sent only when there is one.
+    notice: str | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ContentChunk(ServerFrame):
