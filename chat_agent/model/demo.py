@@ -218,7 +218,8 @@ def _draft(ask: str, search: str) -> dict[str, Any]:
                 f"    return total\n\n\nif __name__ == \"__main__\":\n    print({name}([1, 2, 3]))\n")
         return {"title": title, "type": "code", "language": "python", "content": code}
     sources = _source_list(search) if search else ""
-    body = (f"# {title}\n\nA first draft about *{_words(ask, 12) or title}*, written by the offline demo model."
+    topic = re.sub(r"^(please\s+)?(write|draft|create|make)\s+(me\s+)?", "", _words(ask, 12), flags=re.I)
+    body = (f"# {title}\n\nA first draft on *{topic or title}*, written by the offline demo model."
             "\n\n## Why it matters\n\nGood writing starts with a clear goal. This draft gives you something to "
             "shape: select any sentence and ask for a change, or use the quick actions.\n\n## Key points\n\n"
             "- Start with the reader's question\n- Keep each paragraph to one idea\n- End with what to do next\n\n"

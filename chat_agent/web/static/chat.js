@@ -80,7 +80,7 @@ export class Chat {
           img.src = a.preview || authedUrl(a.url);
           img.alt = a.filename || "image";
           thumbs.append(img);
-        } else thumbs.append(el("span", "doc-chip", "📄 " + escapeHtml(a.filename || "document")));
+        } else thumbs.append(el("span", "doc-chip", "Document: " + escapeHtml(a.filename || "document")));
       }
       node.append(thumbs);
     }
@@ -116,7 +116,7 @@ export class Chat {
   thinking(id, chunk, whole = false) {
     const entry = this.assistant(id);
     if (!entry.last || entry.last.kind !== "thinking" || whole) {
-      const node = el("details", "thinking", "<summary>💭 Thinking</summary><div></div>");
+      const node = el("details", "thinking", "<summary>Thinking</summary><div></div>");
       entry.last = { kind: "thinking", node, text: "" };
       entry.node.append(node);
     }

@@ -132,7 +132,7 @@ new Composer({
 });
 
 function runQuickAction(action, label) {
-  sendMessage({ content: "", canvas: { quickAction: action } }, `⚡ ${label}`);
+  sendMessage({ content: "", canvas: { quickAction: action } }, `Quick action: ${label}`);
 }
 
 // ---- highlight: select text in the artifact, say what to change ------------------------------
@@ -158,7 +158,7 @@ $("highlight-box").addEventListener("submit", (event) => {
   const ask = $("highlight-input").value.trim();
   if (!span || !ask) return;
   const { start, end, selectedText } = span;
-  if (sendMessage({ content: ask, canvas: { highlight: { start, end, selectedText } } }, `✎ “${selectedText.slice(0, 80)}” — ${ask}`)) {
+  if (sendMessage({ content: ask, canvas: { highlight: { start, end, selectedText } } }, `Edit “${selectedText.slice(0, 80)}”: ${ask}`)) {
     canvas.highlightSent({ start, end });
   }
   $("highlight-box").hidden = true;
@@ -205,7 +205,10 @@ function askToken(rejected) {
 }
 $("token-form").addEventListener("submit", () => {
   auth.token = $("token-input").value.trim();
-  start();
+  // For the console (and the browser tests): the live connection, to look at or to drop.
+window.chatAgent = { connection };
+
+start();
 });
 
 async function start() {
@@ -219,5 +222,8 @@ async function start() {
   actions.load().catch((e) => toast(e.message, true));
   connection.open(savedPlace().conversationId || null);
 }
+
+// For the console (and the browser tests): the live connection, to look at or to drop.
+window.chatAgent = { connection };
 
 start();

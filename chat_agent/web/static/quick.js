@@ -1,7 +1,7 @@
 // The quick-action bar above the artifact: the built-in actions of PROTOCOL.md for the
 // artifact's type, and the user's custom ones.
 const TEXT = [
-  { label: "✨ Emojis", action: { name: "emojis" } },
+  { label: "Emojis", action: { name: "emojis" } },
   { label: "Shorter", action: { name: "length", length: "short" } },
   { label: "Longer", action: { name: "length", length: "long" } },
 ];
