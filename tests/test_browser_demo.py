@@ -39,6 +39,7 @@ def test_demo_model_in_the_page(page, tmp_path):
         expect(page.locator("#version-select")).to_have_value("3")
         expect(page.locator("#artifact-view .doc h2").first).to_have_text(re.compile(r"^Why it matters \S+\s*$"))
         expect(page.locator("#artifact-view .doc h2 strong")).to_have_text("Key points")  # built on v2
+        expect(page.locator("#stop")).to_be_hidden()
         no_problems(page)
     finally:
         server.stop()

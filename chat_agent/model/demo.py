@@ -143,7 +143,12 @@ class DemoModel:
                         _call("generate_artifact", _draft(ask, results[0][1]))]
             return [_text(f"Here is what the search found ({sources} sources):\n\n"
                           + _source_list(results[0][1]))]
-        if done & {"generate_artifact", "rewrite_artifact", "update_artifact"}:
+        if "update_artifact" in done:
+            return [_text("Changed the passage you selected; the rest of the draft is as it was. Switch versions "
+                          "above the canvas to compare.")]
+        if "rewrite_artifact" in done:
+            return [_text("Rewrote the draft as asked: it is a new version in the canvas.")]
+        if "generate_artifact" in done:
             return [_text("Done: the draft is in the canvas on the right. Try selecting a passage and asking "
                           "for a change, or one of the quick actions above it (emojis, length, reading level). "
                           "*This reply comes from the offline demo model.*")]
