@@ -7,6 +7,7 @@ package never imports them.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -19,6 +20,7 @@ import uvicorn
 import tools
 from chat_agent import tracing
 from chat_agent.config import ConfigError, Settings
+from chat_agent.model.demo import demo_settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
 from chat_agent.web.auth import refuse_open_listen
@@ -54,7 +56,8 @@ class Server(uvicorn.Server):
         await super().startup(sockets)
         if self.started and sockets:
             host, port = sockets[0].getsockname()[:2]
-            log.info("listening on ws://%s/api/chat-agent", _where(host, port))
+            where = _where(host, port)
+            log.info("listening on ws://%s/api/chat-agent (the canvas page: http://%s/)", where, where)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)  # the app's own shutdown too: running turns are closed
@@ -83,7 +86,17 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, trace
     return server.started
 
 
-def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry) -> int:
+def _arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="server.py", description="Runs chat-agent; configuration comes "
+                                     "from the environment (README).")
+    parser.add_argument("--demo", action="store_true", help="use the built-in offline demo model (no API key "
+                        "needed; also CHAT_AGENT_DEMO=1 when no ANTHROPIC_API_KEY is set)")
+    return parser.parse_args(argv)
+
+
+def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry,
+         argv: list[str] | None = None) -> int:
+    args = _arguments(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=os.environ.get("CHAT_AGENT_LOG_LEVEL", "INFO").upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().level > logging.DEBUG:
@@ -95,6 +108,12 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
     except ConfigError as exc:
         print(f"chat-agent: {exc}", file=sys.stderr)
         return 2
+    if args.demo or settings.demo:
+        settings = demo_settings(settings)
+        logging.warning("demo mode: replies come from the scripted offline demo model, not a real one")
+    elif os.environ.get("CHAT_AGENT_DEMO", "").strip().lower() in {"1", "true", "yes", "on"}:
+        logging.warning("CHAT_AGENT_DEMO is ignored: ANTHROPIC_API_KEY is set (start with --demo to use the "
+                        "demo model anyway)")
     refusal = refuse_open_listen(settings)
     if refusal:
         print(f"chat-agent: {refusal}", file=sys.stderr)
@@ -105,7 +124,7 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
         print(f"chat-agent: cannot listen on {_where(settings.host, settings.port)}: {exc.strerror or exc}",
               file=sys.stderr)
         return 1
-    if not settings.anthropic_api_key:
+    if not settings.anthropic_api_key and not settings.demo:
         logging.warning("ANTHROPIC_API_KEY is not set: the server runs, but turns will answer llm_error")
     traces = tracing.start()  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set; else nothing
     try:

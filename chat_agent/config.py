@@ -168,6 +168,8 @@ class Settings:
     # Tool approval: tools that wait for the user before they run ("*": all), and how long.
     require_approval: frozenset[str] = frozenset()
     approval_timeout: float = 600.0
+    # The offline demo model (chat_agent/model/demo.py) instead of Anthropic's.
+    demo: bool = False
 
     @property
     def auth_enabled(self) -> bool:
@@ -233,4 +235,6 @@ class Settings:
             research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
             require_approval=frozenset(_list(env, "CHAT_AGENT_REQUIRE_APPROVAL")),
             approval_timeout=_approval_timeout(env),
+            # The variable never hides a real key's model: only `--demo` does that (server.py).
+            demo=_flag(env, "CHAT_AGENT_DEMO") and not env.get("ANTHROPIC_API_KEY"),
         )

@@ -258,6 +258,9 @@ class SessionFrame(ServerFrame):
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
     pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
+    # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
+    # as that the replies come from the offline demo model. Sent only when there is one.
+    notice: str | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ContentChunk(ServerFrame):

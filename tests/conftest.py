@@ -125,5 +125,13 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthrop
     proc.stop()
 
 
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Where the browser tests left their screenshots (CI keeps that folder)."""
+    from tests.browser import SCREENSHOTS
+    if SCREENSHOTS.is_dir() and any(SCREENSHOTS.iterdir()):
+        terminalreporter.write_line(f"browser test screenshots: {SCREENSHOTS}")
+
+
+from tests.browser import browser, page  # noqa: E402,F401  (Chromium for the canvas page's tests)
 from tests.pg import pg_url  # noqa: E402,F401  (a fresh PostgreSQL schema per test: tests/pg.py)
 from tests.stores import backend  # noqa: E402,F401  (each store test on SQLite and on PostgreSQL)

@@ -27,8 +27,9 @@ def free_port() -> int:
 class ServerProcess:
     """`python server.py` in a child process, configured only through its environment."""
 
-    def __init__(self, data_dir: Path, env: dict[str, str]):
+    def __init__(self, data_dir: Path, env: dict[str, str], args: tuple[str, ...] = ()):
         self.data_dir = data_dir
+        self.args = args  # command-line arguments of server.py (`--demo`)
         self.port = free_port()
         self.env = {**os.environ, "CHAT_AGENT_DATA_DIR": str(data_dir), "CHAT_AGENT_PORT": str(self.port),
                     "CHAT_AGENT_HOST": "127.0.0.1", "CHAT_AGENT_LOG_LEVEL": "WARNING", **env}
@@ -47,7 +48,7 @@ class ServerProcess:
         """`preexec_fn` runs in the child before the server: resource limits, say."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=ROOT, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

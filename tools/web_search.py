@@ -12,6 +12,8 @@ from pydantic import Field
 
 from chat_agent.tooling import PerLoop, Settings, ToolContext, ToolUnavailable, shorten
 
+from .demo_search import CannedSearch
+
 if TYPE_CHECKING:
     from exa_py import AsyncExa
     from exa_py.api import Result
@@ -34,7 +36,8 @@ class WebSearchError(RuntimeError):
 
 
 def build(settings: Settings) -> BaseTool:
-    exa = connect(settings)
+    # The demo server without an Exa key searches canned pages, so a first look shows the tool.
+    exa: ExaSearch | CannedSearch = CannedSearch() if settings.demo and not settings.exa_api_key else connect(settings)
 
     @tool(NAME, description=DESCRIPTION, response_format="content_and_artifact")
     async def web_search(

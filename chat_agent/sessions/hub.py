@@ -25,6 +25,7 @@ from chat_agent.context.conversation import ConversationManager
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
+from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ArtifactState, ClearContextIn, Done, EditArtifactIn, ErrorFrame,
                                  MessageIn, SelectArtifactVersionIn, SessionFrame, StopReason, ToolInfo, VisibleMessage,
                                  client_frames)
@@ -312,9 +313,14 @@ class Hub:
         """The `session` frame: from memory where the conversation is owned, else from the
         store as of its last committed frame. None if it was deleted meanwhile."""
         if not self.bus.shared or self.ownership.holds(live.id):
-            return await live.snapshot(self.tools())
-        await self.writer.flush()  # what this instance wrote (a conversation it just created, say)
-        return await session_from_store(self.store, live.owner, live.id, self.tools(), self.settings.max_context_tokens)
+            frame = await live.snapshot(self.tools())
+        else:
+            await self.writer.flush()  # what this instance wrote (a conversation it just created, say)
+            frame = await session_from_store(self.store, live.owner, live.id, self.tools(),
+                                             self.settings.max_context_tokens)
+        if frame is not None and self.settings.demo:
+            frame.notice = DEMO_NOTICE
+        return frame
 
     def _lease_lost(self, conversation_id: str) -> None:
         live = self._live.get(conversation_id)

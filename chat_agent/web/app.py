@@ -16,6 +16,7 @@ from chat_agent.config import ConfigError, Settings
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
 from chat_agent.model import AnthropicClient, ModelClient
+from chat_agent.model.demo import DemoModel
 from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.pg_queue import ProcrastinateQueue
@@ -23,7 +24,7 @@ from chat_agent.sessions.queue import JobQueue, LocalQueue
 from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
-from chat_agent.web import agui_routes, canvas_routes, history_routes, http, upload_routes
+from chat_agent.web import agui_routes, canvas_routes, history_routes, http, page, upload_routes
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
 from chat_agent.web.backlog import Backlogs
@@ -46,7 +47,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         await the_store.open()
         writer = StoreWriter(the_store)
         writer.start()
-        the_model = model or AnthropicClient(settings)
+        the_model = model or (DemoModel() if settings.demo else AnthropicClient(settings))
         agent = Agent(the_model, tools, settings)
         bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
         hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus,
@@ -72,7 +73,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             await the_model.close()
 
     routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
-              WebSocketRoute("/api/chat-agent", chat_endpoint)]
+              WebSocketRoute("/api/chat-agent", chat_endpoint), *page.routes]
     return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),
                      exception_handlers=EXCEPTION_HANDLERS)
 

@@ -41,7 +41,7 @@ async def health(request: Request) -> JSONResponse:
     settings = hub.settings
     return JSONResponse({
         "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
-        "anthropic": {"configured": hub.agent.model.configured},
+        "anthropic": {"configured": hub.agent.model.configured}, "demo": settings.demo,
         "auth": settings.auth_enabled, "storage": hub.store.kind,
         "instance": {"id": hub.ownership.instance, "bus": hub.bus.kind, "jobs": hub.jobs.queue.kind},
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},

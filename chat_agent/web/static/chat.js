@@ -1,0 +1,206 @@
+// The conversation column: messages in the order their parts happened (text, thinking, tool
+// cards, attachments), streamed as frames arrive.
+import { authedUrl } from "./api.js";
+import { escapeHtml, renderMarkdown } from "./markdown.js";
+
+const STOPS = { aborted: "Stopped.", max_steps: "Stopped: the step limit was reached.",
+  max_tokens: "Cut off: the output limit was reached.", refusal: "The model declined to answer.",
+  error: "The reply failed.", interrupted: "Interrupted: the server stopped during this reply." };
+
+function el(tag, className, html) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (html !== undefined) node.innerHTML = html;
+  return node;
+}
+
+function seconds(value) { return `${Number(value || 0).toFixed(1)} s`; }
+
+function inputSummary(name, input) {
+  if (!input) return "";
+  if (name === "web_search" || name === "deep_research") return input.query || input.question || "";
+  if (name === "generate_artifact" || name === "rewrite_artifact") return input.title || "";
+  if (name === "update_artifact") return input.target ? `“${String(input.target).slice(0, 60)}”` : "the selection";
+  return "";
+}
+
+function images(output) {
+  const found = [];
+  const walk = (value) => {
+    if (!value || typeof value !== "object") return;
+    if (typeof value.url === "string" && /image|\.png|\.jpe?g|\.webp|\.gif/i.test((value.mediaType || "") + value.url)) found.push(value.url);
+    for (const v of Array.isArray(value) ? value : Object.values(value)) walk(v);
+  };
+  walk(output);
+  return [...new Set(found)];
+}
+
+export class Chat {
+  constructor(root, empty) {
+    this.root = root;
+    this.empty = empty;
+    this.messages = new Map();  // id -> {node, last: {kind, node, text}}
+    this.tools = new Map();     // toolId -> card
+  }
+
+  reset() {
+    this.root.replaceChildren(this.empty);
+    this.empty.hidden = false;
+    this.messages.clear();
+    this.tools.clear();
+  }
+
+  renderHistory(messages) {
+    this.reset();
+    for (const message of messages) {
+      if (message.role === "user") { this.addUser(message.content, (message.parts || []).filter((p) => p.type === "attachment"), message.id); continue; }
+      const entry = this.assistant(message.id);
+      for (const part of message.parts || []) {
+        if (part.type === "text") this.text(message.id, part.text, true);
+        else if (part.type === "thinking") this.thinking(message.id, part.text, true);
+        else if (part.type === "tool") {
+          this.toolStart({ messageId: message.id, toolId: part.toolId, name: part.name, input: part.input });
+          if (part.output !== undefined && part.output !== null || part.duration) this.toolEnd(part);
+        }
+      }
+      this.finish(message.id, message.status, null, message.status === "streaming");
+      if (message.status !== "streaming") entry.node.classList.remove("streaming");
+    }
+    this.scroll(true);
+  }
+
+  addUser(text, attachments = [], id = null) {
+    this.empty.hidden = true;
+    const node = el("div", "message user");
+    if (attachments.length) {
+      const thumbs = el("div", "attachment-thumbs");
+      for (const a of attachments) {
+        if ((a.kind || a.type) === "image" && (a.url || a.preview)) {
+          const img = el("img");
+          img.src = a.preview || authedUrl(a.url);
+          img.alt = a.filename || "image";
+          thumbs.append(img);
+        } else thumbs.append(el("span", "doc-chip", "Document: " + escapeHtml(a.filename || "document")));
+      }
+      node.append(thumbs);
+    }
+    node.append(document.createTextNode(text));
+    if (id) node.dataset.id = id;
+    this.root.append(node);
+    this.scroll(true);
+  }
+
+  assistant(id) {
+    let entry = this.messages.get(id);
+    if (!entry) {
+      this.empty.hidden = true;
+      const node = el("div", "message assistant streaming");
+      node.dataset.id = id;
+      this.root.append(node);
+      entry = { node, last: null };
+      this.messages.set(id, entry);
+    }
+    return entry;
+  }
+
+  text(id, chunk, whole = false) {
+    const entry = this.assistant(id);
+    if (!entry.last || entry.last.kind !== "text" || whole) {
+      entry.last = { kind: "text", node: el("div", "text"), text: "" };
+      entry.node.append(entry.last.node);
+    }
+    entry.last.text += chunk;
+    this.paint(entry.last, (part) => { part.node.innerHTML = renderMarkdown(part.text); });
+  }
+
+  thinking(id, chunk, whole = false) {
+    const entry = this.assistant(id);
+    if (!entry.last || entry.last.kind !== "thinking" || whole) {
+      const node = el("details", "thinking", "<summary>Thinking</summary><div></div>");
+      entry.last = { kind: "thinking", node, text: "" };
+      entry.node.append(node);
+    }
+    entry.last.text += chunk;
+    entry.last.node.lastElementChild.textContent = entry.last.text;
+    this.scroll();
+  }
+
+  /** Redraws a streamed part once per animation frame, however many chunks arrived. */
+  paint(part, draw) {
+    if (part.queued) return;
+    part.queued = true;
+    requestAnimationFrame(() => { part.queued = false; draw(part); this.scroll(); });
+  }
+
+  toolStart(frame) {
+    const entry = this.assistant(frame.messageId);
+    const card = el("details", "tool running");
+    card.dataset.toolId = frame.toolId;
+    card.dataset.name = frame.name;
+    card.innerHTML = `<summary><span class="spinner"></span><span class="name">${escapeHtml(frame.name)}</span>
+      <span class="tool-status">${escapeHtml(inputSummary(frame.name, frame.input))}</span><span class="badge">running</span></summary>
+      <div class="body"><div class="label">Input</div><pre class="input"></pre><div class="output-area"></div></div>`;
+    card.querySelector(".input").textContent = JSON.stringify(frame.input ?? {}, null, 2);
+    entry.node.append(card);
+    entry.last = { kind: "tool", node: card };
+    this.tools.set(frame.toolId, card);
+    this.scroll();
+    return card;
+  }
+
+  toolCard(toolId) { return this.tools.get(toolId); }
+
+  toolProgress(frame) {
+    const card = this.tools.get(frame.toolId);
+    if (!card) return;
+    card.querySelector(".tool-status").textContent = frame.status;
+    card.querySelector(".badge").textContent = seconds(frame.elapsed);
+  }
+
+  toolEnd(frame) {
+    const card = this.tools.get(frame.toolId);
+    if (!card) return;
+    card.classList.remove("running", "waiting");
+    card.classList.add(frame.isError ? "failed" : "done");
+    card.querySelector(".spinner")?.remove();
+    card.querySelector(".badge").textContent = (frame.isError ? "failed · " : "done · ") + seconds(frame.duration);
+    const area = card.querySelector(".output-area");
+    area.replaceChildren(el("div", "label", "Output"));
+    const pre = el("pre", "output");
+    pre.textContent = typeof frame.output === "string" ? frame.output : JSON.stringify(frame.output, null, 2);
+    area.append(pre);
+    for (const url of images(frame.output)) {
+      const img = el("img");
+      img.src = authedUrl(url);
+      img.alt = "tool image";
+      area.append(img);
+    }
+    if (frame.isError) card.open = true;
+  }
+
+  /** A turn ended: running cards that never got tool_end are closed, the stop reason noted. */
+  finish(id, status, detail, streaming = false) {
+    const entry = this.messages.get(id);
+    if (!entry) return;
+    if (!streaming) entry.node.classList.remove("streaming");
+    const note = STOPS[status];
+    if (note && !streaming) {
+      const line = el("div", "note" + (status === "aborted" ? "" : " error"));
+      line.textContent = detail ? `${note} ${detail}` : note;
+      entry.node.append(line);
+    }
+    this.scroll();
+  }
+
+  failTurn(message) {
+    const line = el("div", "message assistant");
+    line.append(el("div", "note error", escapeHtml(message)));
+    this.root.append(line);
+    this.scroll(true);
+  }
+
+  scroll(force = false) {
+    const near = this.root.scrollHeight - this.root.scrollTop - this.root.clientHeight < 160;
+    if (force || near) this.root.scrollTop = this.root.scrollHeight;
+  }
+}

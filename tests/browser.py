@@ -1,0 +1,74 @@
+"""The canvas page's browser tests: Debian's Chromium driven by Playwright (never Playwright's
+own browser download), one browser per test module, a page per scenario, and a screenshot of
+every scenario under SCREENSHOTS (the test run's summary prints where)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.support import ROOT
+
+SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
+REQUIRED = os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1"
+VIEWPORT = {"width": 1400, "height": 900}
+
+
+def chromium_path() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _missing(reason: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"{reason} and CHAT_AGENT_REQUIRE_SERVICES=1")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator:
+    executable = chromium_path()
+    if executable is None:
+        _missing("Chromium is not installed (apt-get install chromium)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("playwright is not installed (the [test] extra)")
+    with sync_playwright() as playwright:
+        # --no-sandbox: CI runs as root in a container, where Chromium's own sandbox cannot start.
+        launched = playwright.chromium.launch(executable_path=executable, headless=True,
+                                              args=["--no-sandbox", "--disable-dev-shm-usage"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser, request: pytest.FixtureRequest) -> Iterator:
+    """A fresh browser context (its own storage) and page; its console errors fail the test,
+    and its screenshot is saved whatever the outcome."""
+    context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+    opened.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
+    opened.problems = problems
+    yield opened
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    try:
+        opened.screenshot(path=str(SCREENSHOTS / f"{request.node.name}.png"))
+    finally:
+        context.close()
+
+
+def no_problems(page, allowed: tuple[str, ...] = ()) -> None:
+    """No script error, and no console error but those expected (a 401 the page answered)."""
+    left = [p for p in page.problems if not any(a in p for a in allowed)]
+    assert not left, left

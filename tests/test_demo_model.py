@@ -1,0 +1,61 @@
+"""The demo model's script on its own: what it reads back of the artifact, and that forced
+tools are honoured (titles, highlights, quick actions) without any network."""
+
+from __future__ import annotations
+
+from chat_agent.context.diff import line_diff
+from chat_agent.context.prompting import highlight_block
+from chat_agent.model.demo import DemoModel
+from chat_agent.model.demo_canvas import apply_line_diff, current_artifact
+from chat_agent.model.types import ModelRequest, TextDelta, ToolInputDelta
+from chat_agent.protocol import Highlight
+from chat_agent.store import ArtifactVersionRecord
+
+OLD = "".join(f"line {n}\n" for n in range(30))
+
+
+def test_line_diff_round_trips():
+    for new in (OLD.replace("line 3\n", "three\n"), OLD.replace("line 29\n", ""), "new top\n" + OLD,
+                OLD.replace("line 10\n", "ten\nten and a half\n").replace("line 25\n", "")):
+        assert apply_line_diff(OLD, line_diff(OLD, new)) == new
+
+
+def _version(content: str) -> ArtifactVersionRecord:
+    return ArtifactVersionRecord(index=2, type="text", title="T", language=None,
+                                 content=content, created_at=0.0, source="model")
+
+
+def test_current_artifact_follows_the_history():
+    generate = {"type": "tool_use", "id": "t1", "name": "generate_artifact",
+                "input": {"title": "T", "type": "text", "content": OLD}}
+    edited = OLD.replace("line 7\n", "seven\n")
+    diff = f'<artifact_edit id="a" version="2" base_version="1">\nThe artifact changed. x:\n{line_diff(OLD, edited)}</artifact_edit>'
+    start = edited.index("seven")
+    excerpt = highlight_block(_version(edited), Highlight(start=start, end=start + 5), "louder")
+    update = {"type": "tool_use", "id": "t2", "name": "update_artifact", "input": {"replacement": "SEVEN"}}
+    messages = [{"role": "user", "content": "write"}, {"role": "assistant", "content": [generate]},
+                {"role": "user", "content": [{"type": "text", "text": diff}, {"type": "text", "text": "hi"}]},
+                {"role": "user", "content": [excerpt]}, {"role": "assistant", "content": [update]}]
+    known = current_artifact(messages)
+    assert known is not None and known.content == edited.replace("seven", "SEVEN")
+
+
+async def test_forced_tools_and_streaming():
+    model = DemoModel(pace=0)
+    title = await model.call(ModelRequest(model="demo", max_tokens=50, messages=[
+        {"role": "user", "content": "<user>\nwrite a poem about the sea\n</user>\n\n<assistant>\nok\n</assistant>"}],
+        tools=[{"name": "set_title"}], tool_choice={"type": "tool", "name": "set_title"}))
+    assert title.content[0]["name"] == "set_title" and title.content[0]["input"]["title"] == "Poem Sea"
+    start = OLD.index("line 4")
+    excerpt = highlight_block(_version(OLD), Highlight(start=start, end=start + 6), "make it louder")
+    items = [i async for i in model.stream(ModelRequest(model="demo", max_tokens=50, messages=[
+        {"role": "user", "content": [excerpt]}], tools=[{"name": "update_artifact"}],
+        tool_choice={"type": "tool", "name": "update_artifact"}))]
+    pieces = "".join(i.piece for i in items if isinstance(i, ToolInputDelta))
+    assert pieces == '{"replacement": "LINE 4"}' and items[-1].stop_reason == "tool_use"
+    # unforced, with nothing to call: a text reply, streamed
+    items = [i async for i in model.stream(ModelRequest(model="demo", max_tokens=50, messages=[
+        {"role": "user", "content": "hello"}]))]
+    assert any(isinstance(i, TextDelta) for i in items) and items[-1].stop_reason == "end_turn"
+    assert "demo" in (await model.complete(ModelRequest(model="demo", max_tokens=50, messages=[
+        {"role": "user", "content": "summarize this"}]))).lower()
