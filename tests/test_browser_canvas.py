@@ -258,3 +258,33 @@ def test_auth_token_prompt(page, make_server, fake_anthropic):
     status, body = server.get("/api/conversations", token="alice-secret-token")
     assert status == 200 and len(body["conversations"]) == 1
     no_problems(page, allowed=("401",))
+
+
+def test_tool_approval_cards(page, make_server, fake_anthropic, exa):
+    """A tool that needs approval shows a card; approving runs it, declining (with a note)
+    tells the model, and the reply goes on either way."""
+    server = make_server(CHAT_AGENT_REQUIRE_APPROVAL="web_search")
+    open_page(page, server)
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", {"query": "tea harvest"})]), Reply("Harvest is in spring."))
+    send(page, "When is tea harvested?")
+    approval = page.locator(".approval")
+    expect(approval).to_contain_text("web_search")
+    expect(approval.locator("pre")).to_contain_text("tea harvest")
+    approval.locator("button.approve").click()
+    expect(approval).to_have_count(0)
+    card = page.locator("details.tool[data-name=web_search]").last
+    expect(card).to_have_class(re.compile(r"\bdone\b"))
+    expect(assistant(page)).to_contain_text("Harvest is in spring.")
+
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", {"query": "tea prices"})]), Reply("Fine, no search."))
+    send(page, "And the prices?")
+    expect(approval).to_have_count(1)
+    approval.locator(".approval-message").fill("too expensive")
+    approval.locator("button.decline").click()
+    expect(assistant(page)).to_contain_text("Fine, no search.")
+    card = page.locator("details.tool[data-name=web_search]").last
+    card.locator("summary").click()
+    expect(card).to_contain_text("too expensive")
+    sent = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_result"][-1]
+    assert sent["is_error"] and "too expensive" in str(sent["content"])

@@ -81,7 +81,7 @@ function handle(frame) {
     case "content_chunk": chat.text(frame.messageId, frame.content); setRunning(true); break;
     case "thinking_chunk": chat.thinking(frame.messageId, frame.content); setRunning(true); break;
     case "tool_start": chat.toolStart(frame); setRunning(true); break;
-    case "tool_progress": chat.toolProgress(frame); break;
+    case "tool_progress": approvals.resolve(frame.toolId); chat.toolProgress(frame); break;  // answered (maybe elsewhere)
     case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); break;
     case "approval_request": approvals.request(frame); break;
     case "artifact_chunk": canvas.chunk(frame); break;
