@@ -119,7 +119,7 @@ class Connection:
                 await self._watch(client)
                 self.why = self.why or "it was closed"
         except Exception as exc:  # the transport's failure, often an ExceptionGroup
-            self.why = describe(exc)
+            self.why = describe(exc, getattr(self.spec, "command", None))
             if ready.done():
                 logger.warning("MCP server %s went away: %s", self.spec.name, self.why)
         finally:
@@ -179,13 +179,13 @@ async def _list_tools(client: Client) -> list[mcp_types.Tool]:
     return tools
 
 
-def describe(exc: BaseException) -> str:
+def describe(exc: BaseException, command: str | None = None) -> str:
     """One line for users: the innermost real error of an exception group."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = next((e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)), exc.exceptions[0])
     if isinstance(exc, MCPError):
         return exc.error.message
     if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename or exc}"
+        return f"command not found: {exc.filename or command or exc}"
     message = str(exc).strip()
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
