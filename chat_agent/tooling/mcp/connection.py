@@ -37,15 +37,17 @@ class Connection:
 
     `open()` returns once the server answered the tool listing. `ended` is set when the
     connection is over: closed by us, the process exited, the HTTP server went away, or a
-    periodic ping went unanswered while idle (so a dead server is noticed without a call).
+    periodic check went unanswered while idle (so a dead server is noticed without a call).
     """
 
-    def __init__(self, spec: ServerSpec, *, ping_interval: float = 15.0) -> None:
+    def __init__(self, spec: ServerSpec, *, check_interval: float = 15.0,
+                 on_tools: Callable[[list[mcp_types.Tool]], None] | None = None) -> None:
         self.spec = spec
         self.tools: list[mcp_types.Tool] = []
         self.ended = asyncio.Event()
         self.why = ""  # why it ended, once it has
-        self._ping_interval = ping_interval
+        self._check_interval = check_interval
+        self._on_tools = on_tools
         self._client: Client | None = None
         self._stop = asyncio.Event()
         self._owner: asyncio.Task[None] | None = None
@@ -140,19 +142,25 @@ class Connection:
         return Client(params, client_info=CLIENT_INFO)
 
     async def _watch(self, client: Client) -> None:
+        """Until closed: while idle, asks for the tool listing now and then (modern servers
+        have no ping), which notices a dead server and picks up a changed listing."""
         while not self._stop.is_set():
             try:
-                async with asyncio.timeout(self._ping_interval):
+                async with asyncio.timeout(self._check_interval):
                     await self._stop.wait()
                 return
             except TimeoutError:
                 pass
             try:
                 async with asyncio.timeout(10):
-                    await client.send_ping()
-            except (TimeoutError, MCPError) as exc:
+                    tools = await _list_tools(client, refresh=True)
+            except Exception as exc:
                 self.why = f"it stopped answering ({describe(exc)})"
                 return
+            if tools != self.tools:
+                self.tools = tools
+                if self._on_tools is not None:
+                    self._on_tools(tools)
 
     def _abandon(self, call: asyncio.Future[Any]) -> None:
         call.cancel()
@@ -167,11 +175,11 @@ class Connection:
             call.exception()  # retrieved: no "never retrieved" warning
 
 
-async def _list_tools(client: Client) -> list[mcp_types.Tool]:
+async def _list_tools(client: Client, *, refresh: bool = False) -> list[mcp_types.Tool]:
     tools: list[mcp_types.Tool] = []
     cursor: str | None = None
     for _ in range(100):  # a paginator that never ends cannot hang the start
-        page = await client.list_tools(cursor=cursor)
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh" if refresh else "use")
         tools += page.tools
         cursor = page.next_cursor
         if cursor is None:

@@ -28,9 +28,9 @@ class McpServers:
     """A `ToolSource` for `ToolRegistry.attach`."""
 
     def __init__(self, specs: list[ServerSpec], *, connect_timeout: float = 30.0, start_wait: float = 10.0,
-                 retry_delays: tuple[float, float] = (1.0, 60.0), ping_interval: float = 15.0) -> None:
+                 retry_delays: tuple[float, float] = (1.0, 60.0), check_interval: float = 15.0) -> None:
         self._supervisors = [Supervisor(spec, connect_timeout=connect_timeout, retry_delays=retry_delays,
-                                        ping_interval=ping_interval) for spec in specs]
+                                        check_interval=check_interval) for spec in specs]
         self._start_wait = start_wait
 
     async def start(self, registry: ToolRegistry) -> None:
@@ -52,12 +52,12 @@ class Supervisor:
     """Keeps one server connected and its tools in the registry truthful."""
 
     def __init__(self, spec: ServerSpec, *, connect_timeout: float, retry_delays: tuple[float, float],
-                 ping_interval: float) -> None:
+                 check_interval: float) -> None:
         self.spec = spec
         self.settled = asyncio.Event()  # up, or failed once
         self._connect_timeout = connect_timeout
         self._first_delay, self._max_delay = retry_delays
-        self._ping_interval = ping_interval
+        self._check_interval = check_interval
         self._registry: ToolRegistry | None = None
         self._connection: Connection | None = None
         self._reason = "starting"
@@ -105,7 +105,7 @@ class Supervisor:
         delay = self._first_delay  # before the next attempt to reach a server that is down
         again = 0.0  # before restarting one that ended: at once, unless it keeps dying young
         while True:
-            connection = Connection(self.spec, ping_interval=self._ping_interval)
+            connection = Connection(self.spec, check_interval=self._check_interval, on_tools=self._show_up)
             try:
                 await connection.open(self._connect_timeout)
             except Exception as exc:  # ServerDown, or the SDK's own: a bad command, a refused connection
