@@ -135,6 +135,7 @@ def test_mcp_config_in_the_common_shape(tmp_path: Path):
     ({"mcpServers": {"a__b": {"command": "x"}}}, "server 'a__b': a name is 1 to 40 letters"),
     ({"mcpServers": {"a": {"command": "x", "url": "http://h"}}}, 'give either "command"'),
     ({"mcpServers": {"a": {"url": "ftp://h"}}}, "url must start with http:// or https://"),
+    ({"mcpServers": {"a": {"type": "sse", "url": "http://h/sse"}}}, "SSE transport is not supported"),
     ({"mcpServers": {"a": {"command": "x", "args": "-v"}}}, "args must be a list of strings"),
     ({"mcpServers": {"a": {"command": "x", "envs": {}}}}, "unknown key(s) envs"),
     ({"mcpServers": {"a": {"url": "http://h", "headers": {"X": "${UNSET_VAR_FOR_TEST}"}}}}, "${UNSET_VAR_FOR_TEST}, which is not set"),

@@ -71,6 +71,9 @@ def _server(where: str, name: str, entry: Any, environ: Mapping[str, str]) -> Se
     if not isinstance(entry, dict) or ("command" in entry) == ("url" in entry):
         raise ConfigError(f'{where}: give either "command" (with optional "args", "env", "cwd") or "url" '
                           '(with optional "headers")')
+    if str(entry.get("type", entry.get("transport", ""))).lower() == "sse":
+        raise ConfigError(f"{where}: the old SSE transport is not supported; give the server's streamable "
+                          "HTTP endpoint (usually .../mcp)")
     if "url" in entry:
         url = _string(where, "url", entry["url"], environ)
         if not url.startswith(("http://", "https://")):
