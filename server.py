@@ -119,6 +119,11 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
         print(f"chat-agent: {refusal}", file=sys.stderr)
         return 2
     try:
+        registry = build_registry(settings)
+    except ConfigError as exc:  # a tool entry or the MCP config is wrong: one clear line
+        print(f"chat-agent: {exc}", file=sys.stderr)
+        return 2
+    try:
         sock = bind(settings.host, settings.port)
     except OSError as exc:
         print(f"chat-agent: cannot listen on {_where(settings.host, settings.port)}: {exc.strerror or exc}",
@@ -129,7 +134,7 @@ def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_regist
     traces = tracing.start()  # OTLP export when OTEL_EXPORTER_OTLP_ENDPOINT is set; else nothing
     try:
         with sock:
-            return 0 if serve(settings, sock, build_registry(settings), traces) else 3
+            return 0 if serve(settings, sock, registry, traces) else 3
     finally:
         traces.shutdown()  # when the server never started; after a shutdown there is nothing left
 

@@ -130,6 +130,9 @@ class Settings:
     exa_base_url: str | None = None
     tool_timeout: float = 120.0
     tool_output_chars: int = 40_000
+    # Tools beyond the built-in ones: `module:attribute` entries, and MCP servers' JSON file.
+    tools: tuple[str, ...] = ()
+    mcp_config: Path | None = None
     max_frame_bytes: int = 1 << 20
     ws_ping_interval: float = 20.0
     # Frames queued for clients that read slower than their conversation writes, in bytes.
@@ -207,6 +210,8 @@ class Settings:
             exa_base_url=env.get("EXA_BASE_URL") or None,
             tool_timeout=_float(env, "CHAT_AGENT_TOOL_TIMEOUT", 120.0),
             tool_output_chars=_int(env, "CHAT_AGENT_TOOL_OUTPUT_CHARS", 40_000),
+            tools=_list(env, "CHAT_AGENT_TOOLS"),
+            mcp_config=Path(env["CHAT_AGENT_MCP_CONFIG"]) if env.get("CHAT_AGENT_MCP_CONFIG", "").strip() else None,
             max_frame_bytes=_int(env, "CHAT_AGENT_MAX_FRAME_BYTES", 1 << 20),
             ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
             max_backlog_bytes=_positive(env, "CHAT_AGENT_MAX_BACKLOG_BYTES", 512 << 20),

@@ -6,7 +6,7 @@ from typing import Callable
 
 from langchain_core.tools import BaseTool
 
-from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable
+from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable, add_configured_tools, attach_mcp_servers
 
 from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, web_search
 
@@ -29,6 +29,8 @@ BUILDERS: tuple[tuple[str, Builder], ...] = (
 
 
 def build_registry(settings: Settings) -> ToolRegistry:
+    """The built-in tools, then those configured (CHAT_AGENT_TOOLS, installed packages' entry
+    points) and the MCP servers' (CHAT_AGENT_MCP_CONFIG). Raises ConfigError for a bad entry."""
     registry = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)
     for name, build in BUILDERS:
         try:
@@ -39,4 +41,6 @@ def build_registry(settings: Settings) -> ToolRegistry:
         # A tool that is slow by nature (image APIs, research, code) declares its own limit.
         timeout = (tool.metadata or {}).get("timeout")
         registry.add(tool, timeout=float(timeout) if timeout else None)
+    add_configured_tools(registry, settings)
+    attach_mcp_servers(registry, settings)
     return registry

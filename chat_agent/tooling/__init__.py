@@ -37,12 +37,16 @@ from chat_agent.per_loop import PerLoop
 from chat_agent.protocol import Highlight
 from chat_agent.store import MemoriesRecord
 from chat_agent.text import one_line, shorten
-from chat_agent.tooling._registry import ToolRegistry
+from chat_agent.tooling._loading import add_configured_tools
+from chat_agent.tooling._registry import ToolRegistry, ToolSource
+from chat_agent.tooling.mcp import attach_mcp_servers
 from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices, ToolUnavailable
 
 __all__ = [
     # the registry and a call's context
     "ToolAvailability", "ToolContext", "ToolRegistry", "ToolResult", "ToolServices", "ToolUnavailable", "Settings",
+    # tools beyond the built-in ones: CHAT_AGENT_TOOLS, entry points, MCP servers
+    "ToolSource", "add_configured_tools", "attach_mcp_servers",
     # the services a turn lends
     "Canvas", "ConversationFiles", "DocumentLibrary", "Highlight", "ModelClient", "UserMemory",
     # files and images

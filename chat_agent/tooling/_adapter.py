@@ -11,6 +11,7 @@ from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool, InjectedToolArg, InjectedToolCallId, StructuredTool
 from pydantic import BaseModel
 
+from chat_agent.tooling._threads import in_thread
 from chat_agent.tooling._types import ToolContext
 
 Kind = Literal["ctx", "call_id", "other"]
@@ -31,10 +32,12 @@ class Adapter:
     `BaseTool._parse_input` and `StructuredTool._arun` would do, minus the callback
     managers (~100 µs). Any other `BaseTool` (sync tools, subclasses, tools wanting
     callbacks or a RunnableConfig) goes through `ainvoke` with a ToolCall, so it
-    runs exactly as under LangChain, including `handle_tool_error`.
+    runs exactly as under LangChain, including `handle_tool_error`; a sync one
+    (no coroutine, no `_arun` of its own) by `invoke` in a thread of its own.
     """
 
-    __slots__ = ("tool", "name", "timeout", "_model", "_fields", "_in_schema", "_outside", "_coroutine", "_artifact")
+    __slots__ = ("tool", "name", "timeout", "_model", "_fields", "_in_schema", "_outside", "_coroutine", "_artifact",
+                 "_sync")
 
     def __init__(self, tool: BaseTool, timeout: float | None) -> None:
         self.tool = tool
@@ -49,6 +52,7 @@ class Adapter:
         self._fields = tuple((k, not f.is_required() and k not in ("args", "kwargs")) for k, f in fields.items())
         self._coroutine = _fast_coroutine(tool) if self._model is not None else None
         self._artifact = tool.response_format == "content_and_artifact"
+        self._sync = _is_sync(tool)
 
     def bind(self, tool_input: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """The arguments for the call; raises pydantic's ValidationError on bad input."""
@@ -73,7 +77,7 @@ class Adapter:
             content, artifact = _split(value)
             return content, artifact, False
         call = {"type": "tool_call", "id": ctx.tool_id, "name": self.name, "args": args}
-        message = await self.tool.ainvoke(call)
+        message = await (in_thread(self.name, self.tool.invoke, call) if self._sync else self.tool.ainvoke(call))
         if not isinstance(message, ToolMessage):  # e.g. a LangGraph Command
             return message, NO_ARTIFACT, False
         artifact = message.artifact if self._artifact else NO_ARTIFACT
@@ -87,6 +91,13 @@ def _split(value: Any) -> tuple[Any, Any]:
         "response_format='content_and_artifact' expects a (content, artifact) tuple, "
         f"got {type(value).__name__}"
     )
+
+
+def _is_sync(tool: BaseTool) -> bool:
+    """Whether LangChain would run the tool's `_run` in the loop's default executor."""
+    if isinstance(tool, StructuredTool):
+        return tool.coroutine is None and type(tool)._arun is StructuredTool._arun
+    return type(tool)._arun is BaseTool._arun
 
 
 def _fast_coroutine(tool: BaseTool) -> Callable[..., Any] | None:

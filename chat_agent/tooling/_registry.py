@@ -6,7 +6,7 @@ import asyncio
 import json
 import logging
 import re
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Protocol
 
 from langchain_core.tools import BaseTool
 from pydantic import ValidationError
@@ -21,8 +21,20 @@ from chat_agent.tracing import tool_span
 logger = logging.getLogger("chat_agent.tools")
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # what the Messages API accepts
+_SHOWN = re.compile(r"^[a-zA-Z0-9_*-]{1,128}$")  # a tool not offered is only shown
 # Block types a tool_result may hold; a list of other dicts is data, sent as JSON.
 _BLOCK_TYPES = frozenset({"text", "image", "document", "search_result"})
+
+
+class ToolSource(Protocol):
+    """Tools that come and go while the server runs (an MCP server's): the source adds them
+    to the registry, and marks them unavailable with a reason while they cannot be called."""
+
+    async def start(self, registry: "ToolRegistry") -> None:
+        """Called once the app starts; must not raise for a service that is down."""
+
+    async def close(self) -> None:
+        """Called when the app stops: ends what `start` began."""
 
 
 class ToolRegistry:
@@ -49,22 +61,51 @@ class ToolRegistry:
         self._tools: dict[str, Adapter] = {}
         self._schemas: dict[str, dict[str, Any]] = {}
         self._unavailable: dict[str, str] = {}
-        self._order: list[str] = []  # registration order, for availability()
+        self._order: list[str] = []  # registration order: what the model and session.tools see
+        self._sources: list[ToolSource] = []
 
-    def add(self, tool: BaseTool, *, timeout: float | None = None) -> None:
-        """Offer `tool` to the model; `timeout` (seconds) overrides the default."""
-        self._check_new(tool.name)
+    def add(self, tool: BaseTool, *, timeout: float | None = None, replace: bool = False) -> None:
+        """Offer `tool` to the model; `timeout` (seconds) overrides the default. With `replace`,
+        a tool of that name (offered or not) gives way and the new one keeps its place."""
+        if not _NAME.match(tool.name):
+            raise ValueError(f"invalid tool name {tool.name!r}: the API wants 1-64 of [a-zA-Z0-9_-]")
         adapter = Adapter(tool, self._default_timeout if timeout is None else timeout)
         schema = anthropic_schema(tool)  # once: stable bytes keep the prompt cache warm
-        self._order.append(tool.name)
+        self._make_room(tool.name, replace)
         self._schemas[tool.name] = schema
         self._tools[tool.name] = adapter
 
-    def add_unavailable(self, name: str, reason: str) -> None:
-        """Record a tool that is not offered (its service is not configured), and why."""
-        self._check_new(name)
-        self._order.append(name)
+    def add_unavailable(self, name: str, reason: str, *, replace: bool = False) -> None:
+        """Record a tool that is not offered (its service is not configured, its server is
+        down), and why. The name is only shown, never sent to the model: `server__*` is fine."""
+        if not _SHOWN.match(name):
+            raise ValueError(f"invalid tool name {name!r}: 1-128 of [a-zA-Z0-9_*-]")
+        self._make_room(name, replace)
         self._unavailable[name] = reason
+
+    def remove(self, name: str) -> None:
+        """Forget a tool (an MCP server no longer lists it); unknown names are ignored."""
+        self._tools.pop(name, None)
+        self._schemas.pop(name, None)
+        self._unavailable.pop(name, None)
+        if name in self._order:
+            self._order.remove(name)
+
+    def attach(self, source: ToolSource) -> None:
+        """A source of tools that come and go (MCP servers): started and closed with the app."""
+        self._sources.append(source)
+
+    async def start(self) -> None:
+        """Starts the attached sources; each reports its own trouble as unavailable tools."""
+        for source in self._sources:
+            await source.start(self)
+
+    async def close(self) -> None:
+        for source in reversed(self._sources):
+            try:
+                await source.close()
+            except Exception:  # one source failing to close must not keep the others open
+                logger.exception("closing a tool source failed")
 
     def availability(self) -> list[ToolAvailability]:
         return [
@@ -85,7 +126,8 @@ class ToolRegistry:
     def schemas(self, names: Collection[str] | None = None) -> list[dict]:
         """Anthropic `tools` params of the enabled tools (all, or those in `names`), in
         registration order. The dicts are shared and cached: do not mutate them."""
-        return [schema for name, schema in self._schemas.items() if names is None or name in names]
+        return [self._schemas[name] for name in self._order
+                if name in self._schemas and (names is None or name in names)]
 
     async def run(
         self,
@@ -145,11 +187,15 @@ class ToolRegistry:
         return ToolResult(content, content if artifact is NO_ARTIFACT else scrub_json(artifact), is_error,
                           "tool_error" if is_error else None)
 
-    def _check_new(self, name: str) -> None:
-        if not _NAME.match(name):
-            raise ValueError(f"invalid tool name {name!r}: the API wants 1-64 of [a-zA-Z0-9_-]")
-        if name in self._tools or name in self._unavailable:
+    def _make_room(self, name: str, replace: bool) -> None:
+        known = name in self._tools or name in self._unavailable
+        if known and not replace:
             raise ValueError(f"tool {name!r} is already registered")
+        self._tools.pop(name, None)
+        self._schemas.pop(name, None)
+        self._unavailable.pop(name, None)
+        if not known:
+            self._order.append(name)
 
     def _unknown(self, name: str) -> str:
         if name in self._unavailable:

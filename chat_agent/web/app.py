@@ -57,6 +57,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         await _check_shared_files(settings, hub)
         await recover(hub)
         await hub.jobs.start()
+        await tools.start()  # MCP servers: one that is down shows its tools disabled, never stops us
         app.state.hub = hub
         app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
         log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
@@ -65,6 +66,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             yield
         finally:
             await hub.shutdown()
+            await tools.close()
             await hub.ownership.close()
             await bus.close()
             await hub.files.close()
