@@ -223,11 +223,25 @@ async def test_the_model_of_each_message_picks_its_provider(server, fake_openai,
     await ws.close()
 
 
-async def test_summary_on_the_small_openai_model(tmp_path, fake_anthropic, fake_exa, fake_openai):
-    env = openai_env(fake_anthropic, fake_exa, fake_openai, CHAT_AGENT_SUMMARY_CHARS="3000")
+async def test_summary_on_the_small_model_and_a_provider_without_its_key(tmp_path, fake_anthropic, fake_exa,
+                                                                         fake_openai):
+    """One server (starting one is slow): its Anthropic key is missing, and it summarizes early."""
+    env = openai_env(fake_anthropic, fake_exa, fake_openai, CHAT_AGENT_SUMMARY_CHARS="3000", ANTHROPIC_API_KEY="",
+                     CHAT_AGENT_ALLOWED_MODELS=f"openai:{MAIN},claude-test")
     server = ServerProcess(tmp_path / "summary", env).start()
     try:
-        ws, _ = await connect(server)
+        health = server.get("/health")[1]
+        assert health["providers"]["anthropic"] == {"configured": False, "models": ["claude-test"],
+                                                    "missing": "ANTHROPIC_API_KEY"}
+        assert health["providers"]["openai"]["configured"] is True
+        ws, session = await connect(server)
+        anthropic_calls = len(fake_anthropic.requests)
+        await send(ws, type="message", content="hi", settings={"model": "claude-test"})
+        error = (await until(ws, "error"))[-1]
+        assert error["code"] == "llm_error" and "ANTHROPIC_API_KEY" in error["message"]
+        assert len(fake_anthropic.requests) == anthropic_calls  # refused before any call, nothing stored:
+        assert server.get(f"/api/conversations/{session['conversationId']}")[1]["messages"] == []
+
         summarized = False
         for i in range(6):
             frames = await turn(ws, f"message {i} " + "z" * 400)
@@ -237,30 +251,8 @@ async def test_summary_on_the_small_openai_model(tmp_path, fake_anthropic, fake_
         summaries = [b for b in fake_openai.requests if b["model"] == SMALL and not b.get("tools")]
         assert summaries and "message 0" in summaries[0]["messages"][-1]["content"]
         assert "<conversation_summary>" in str(main_bodies(fake_openai)[-1]["messages"][1])
-        await ws.close()
-    finally:
-        server.stop()
-
-
-async def test_a_provider_without_its_key_says_which(tmp_path, fake_anthropic, fake_exa, fake_openai):
-    env = server_env(fake_anthropic, fake_exa, OPENAI_API_KEY="", OPENAI_BASE_URL=fake_openai.base_url,
-                     CHAT_AGENT_ALLOWED_MODELS=f"claude-test,openai:{MAIN}", CHAT_AGENT_MODEL="claude-test")
-    server = ServerProcess(tmp_path / "nokey", env).start()
-    try:
-        health = server.get("/health")[1]
-        assert health["providers"]["openai"]["configured"] is False
-        assert health["providers"]["openai"]["missing"] == "OPENAI_API_KEY"
-        ws, session = await connect(server)
-        requests = len(fake_openai.requests)
-        await send(ws, type="message", content="hi", settings={"model": f"openai:{MAIN}"})
-        error = (await until(ws, "error"))[-1]
-        assert error["code"] == "llm_error" and "OPENAI_API_KEY" in error["message"]
-        assert len(fake_openai.requests) == requests
-        fake_anthropic.enqueue(AnthropicReply("Anthropic still works."))
-        frames = await turn(ws, "hi")  # a bare name: Anthropic
-        assert text_of(frames) == "Anthropic still works."
         stored = server.get(f"/api/conversations/{session['conversationId']}")[1]
-        assert [m["content"] for m in stored["messages"]] == ["hi", "Anthropic still works."]
+        assert len(stored["messages"]) == 12 and stored["messages"][0]["content"].startswith("message 0")
         await ws.close()
     finally:
         server.stop()
