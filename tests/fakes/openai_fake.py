@@ -281,3 +281,17 @@ def _example(function: dict[str, Any]) -> dict[str, Any]:
     return {name: f"fake {name}" if (props.get(name) or {}).get("type", "string") == "string" else 1
             for name in schema.get("required") or []}
 
+
+
+def main() -> None:
+    """`python -m tests.fakes.openai_fake`: prints its base URL, serves until killed."""
+    with FakeOpenAI() as fake:
+        print(fake.base_url, flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()
