@@ -101,16 +101,18 @@ async def test_text_tools_parallel_tools_usage_and_title(server, fake_openai, fa
     assert answered[-1]["role"] == "tool" and answered[-1]["tool_call_id"] == answered[-2]["tool_calls"][0]["id"]
     assert "alpha" in answered[-1]["content"]
 
-    fake_exa.delay = 1.0
+    fake_exa.delay = 1.5
     fake_openai.enqueue(Reply(calls=[Call("web_search", {"query": "beta"}), Call("web_search", {"query": "gamma"})]),
                         Reply("Both found."), when=is_main)
+    started = time.monotonic()
     frames = await turn(ws, "compare beta and gamma")
+    assert time.monotonic() - started < 2.9  # the two searches ran at once, not one after the other
     starts = [f for f in frames if f["type"] == "tool_start"]
     ends = [f for f in frames if f["type"] == "tool_end"]
     assert {s["input"]["query"] for s in starts} == {"beta", "gamma"}
     first_end = min(frames.index(e) for e in ends)
     assert all(frames.index(s) < first_end for s in starts)  # they ran at once
-    assert all(e["duration"] < 1.9 for e in ends) and not any(e["isError"] for e in ends)
+    assert not any(e["isError"] for e in ends)
     sent = main_bodies(fake_openai)[-1]["messages"]
     assert [m["role"] for m in sent[-3:]] == ["assistant", "tool", "tool"]
 
