@@ -10,6 +10,10 @@ from typing import Mapping
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_SMALL_MODEL = "claude-haiku-4-5"
+# Model providers by the prefix a model name may carry (`openai:gpt-4.1`), each with the
+# variable that holds its key. A bare name is Anthropic's.
+PROVIDERS: dict[str, str] = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+DEFAULT_PROVIDER = "anthropic"
 
 
 class ConfigError(ValueError):
@@ -56,6 +60,36 @@ def _api_keys(raw: str) -> dict[str, str]:
             raise ConfigError("CHAT_AGENT_API_KEYS must look like 'user:token,user2:token2'")
         keys[token.strip()] = user.strip()
     return keys
+
+
+def split_model(name: str) -> tuple[str, str]:
+    """`openai:gpt-4.1` → ("openai", "gpt-4.1"); a bare name → ("anthropic", name). Only the
+    first colon counts, so `openai:llama3.2:3b` keeps the tag of an Ollama model.
+    Raises ValueError for an unknown prefix or an empty name."""
+    prefix, sep, rest = name.partition(":")
+    if not sep:
+        provider, bare = DEFAULT_PROVIDER, name
+    elif prefix in PROVIDERS:
+        provider, bare = prefix, rest
+    else:
+        raise ValueError(f"{name!r} starts with an unknown provider {prefix!r} (known: {', '.join(PROVIDERS)}); "
+                         f"a model whose own name has a colon is written with its provider, like openai:{name}")
+    if not bare.strip():
+        raise ValueError(f"{name!r} names no model")
+    return provider, bare
+
+
+def _checked_model(name: str, model: str) -> str:
+    try:
+        split_model(model)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: {exc}") from None
+    return model
+
+
+def _model(env: Mapping[str, str], name: str, default: str) -> str:
+    """A model name from a variable, checked: an unknown provider stops the start."""
+    return _checked_model(name, env.get(name, "").strip() or default)
 
 
 def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
@@ -115,6 +149,9 @@ class Settings:
     database_url: str | None = None
     anthropic_api_key: str | None = None
     anthropic_base_url: str | None = None
+    # OpenAI-compatible providers (OpenAI, Ollama, vLLM, OpenRouter, LiteLLM): the SDK's own variables.
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
     model: str = DEFAULT_MODEL
     small_model: str = DEFAULT_SMALL_MODEL
     allowed_models: tuple[str, ...] = ()
@@ -183,11 +220,31 @@ class Settings:
         """Models a client may pick with `settings.model`."""
         return self.allowed_models or (self.model, self.small_model)
 
+    def allowed(self, model: str) -> str | None:
+        """The allowed model a client's `settings.model` names (`anthropic:x` and `x` are one
+        model), as the server spells it; None when it is not allowed."""
+        try:
+            wanted = split_model(model)
+        except ValueError:
+            return None
+        return next((m for m in self.models if split_model(m) == wanted), None)
+
+    def providers(self) -> dict[str, list[str]]:
+        """Each provider the configured models use, with those models."""
+        used: dict[str, list[str]] = {}
+        for model in dict.fromkeys((self.model, self.small_model, *self.models)):
+            used.setdefault(split_model(model)[0], []).append(model)
+        return used
+
+    def provider_key(self, provider: str) -> str | None:
+        return {"anthropic": self.anthropic_api_key, "openai": self.openai_api_key}.get(provider)
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
-        model = env.get("CHAT_AGENT_MODEL") or DEFAULT_MODEL
-        allowed = tuple(m.strip() for m in env.get("CHAT_AGENT_ALLOWED_MODELS", "").split(",") if m.strip())
+        model = _model(env, "CHAT_AGENT_MODEL", DEFAULT_MODEL)
+        small_model = _model(env, "CHAT_AGENT_SMALL_MODEL", DEFAULT_SMALL_MODEL)
+        allowed = tuple(_checked_model("CHAT_AGENT_ALLOWED_MODELS", m) for m in _list(env, "CHAT_AGENT_ALLOWED_MODELS"))
         return cls(
             host=env.get("CHAT_AGENT_HOST") or "127.0.0.1",
             port=_int(env, "CHAT_AGENT_PORT", 8000),
@@ -195,8 +252,10 @@ class Settings:
             database_url=env.get("CHAT_AGENT_DATABASE_URL") or None,
             anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
             anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            openai_api_key=env.get("OPENAI_API_KEY") or None,
+            openai_base_url=env.get("OPENAI_BASE_URL") or None,
             model=model,
-            small_model=env.get("CHAT_AGENT_SMALL_MODEL") or DEFAULT_SMALL_MODEL,
+            small_model=small_model,
             allowed_models=allowed,
             max_output_tokens=_int(env, "CHAT_AGENT_MAX_OUTPUT_TOKENS", 8192),
             thinking_budget=_int(env, "CHAT_AGENT_THINKING_BUDGET", 4096),

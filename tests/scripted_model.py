@@ -27,6 +27,9 @@ class ScriptedModel:
 
     configured = True
 
+    def unavailable(self, model: str) -> str | None:
+        return None
+
     def __init__(self, script: Iterable[Step]):
         self._script = iter(script)
         self.requests: list[ModelRequest] = []

@@ -156,6 +156,10 @@ def test_a_refusal_shows_its_explanation() -> None:
     refused = frame("done", 2, messageId="m1", stopReason="refusal", detail="This request was refused due to policy.")
     pieces = render_all(TurnRenderer(PLAIN), [chunk("I can", 1), refused])
     assert text_of(pieces) == "I can\n(the model refused) This request was refused due to policy.\n"
+    # on a reply that ended well, `detail` says what the provider could not do
+    degraded = frame("done", 4, messageId="m2", stopReason="end_turn", detail="Thinking is not available on m.")
+    assert text_of(render_all(TurnRenderer(PLAIN), [chunk("Hi", 3), degraded])) == \
+        "Hi\n(Thinking is not available on m.)\n"
 
 
 def test_clear_context_shows_the_new_bar() -> None:

@@ -70,7 +70,7 @@ class TurnFailed:
 class TurnFinished:
     stop_reason: StopReason
     usage: Usage = field(default_factory=Usage)
-    detail: str | None = None  # a refusal's explanation, when the API gives one
+    detail: str | None = None  # a refusal's explanation, or what the provider could not do
 
 
 Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ToolStarted, ApprovalRequested, ToolProgressed, ToolEnded,

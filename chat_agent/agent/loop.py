@@ -77,7 +77,9 @@ class Turn:
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
     approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
     usage: Usage = field(default_factory=Usage)
-    detail: str | None = None  # why the model stopped, when the API says (a refusal's explanation)
+    # For `done.detail`: why the model stopped, when the API says (a refusal's explanation),
+    # or what the provider could not do of what was asked (thinking on a model without it).
+    detail: str | None = None
 
 
 async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
@@ -97,6 +99,8 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
             yield TurnFinished("error", turn.usage)
             return
         turn.usage.add(reply.usage)
+        if reply.notes and turn.detail is None:  # what the provider could not do (thinking), for `done`
+            turn.detail = " ".join(reply.notes)
         if reply.stop_reason == "refusal":
             # A refused exchange sent again invites more refusals: the model never sees it again.
             conv.forget_exchange()
@@ -116,12 +120,12 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
         if reply.stop_reason == "pause_turn":
             continue
         if reply.stop_reason != "tool_use" or not calls:
-            yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), turn.usage)
+            yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), turn.usage, turn.detail)
             return
         async with aclosing(_run_tools(agent, conv, turn, calls, reply.invalid_calls)) as tool_events:
             async for event in tool_events:
                 yield event
-    yield TurnFinished("max_steps", turn.usage)
+    yield TurnFinished("max_steps", turn.usage, turn.detail)
 
 
 async def _summarize(agent: Agent, conv: ConversationManager) -> bool:

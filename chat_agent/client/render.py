@@ -250,8 +250,8 @@ class TurnRenderer:
         out = [Out("\n", reply=True)] if self._cursor == "content" else self._to_line()
         self._cursor = "line"
         note = STOP_NOTES.get(frame.stop_reason)
-        if note and frame.detail:
-            note = f"{note} {frame.detail}"
+        if frame.detail:  # a refusal's reason, or what the provider could not do (thinking)
+            note = f"{note} {frame.detail}" if note else f"({frame.detail})"
         if note:
             paint = self.style.yellow if frame.stop_reason != "error" else self.style.red
             out.append(Out(paint(note) + "\n"))

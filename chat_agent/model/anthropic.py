@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import random
 from typing import Any, AsyncIterator
 
 import anthropic
 
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
+from chat_agent.model.retry import retry_unstarted
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 from chat_agent.tracing import ModelSpan, model_span
 
@@ -103,23 +103,13 @@ class AnthropicClient:
     async def close(self) -> None:
         await self._client.close()
 
-    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    def unavailable(self, model: str) -> str | None:
+        return None if self.configured else "The server has no ANTHROPIC_API_KEY, so it cannot reach the model."
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
-        attempt = 0
-        while True:
-            yielded = False
-            try:
-                async for item in self._stream_once(request):
-                    yielded = True
-                    yield item
-                return
-            except LLMError as exc:
-                if yielded or not exc.retryable or attempt >= self._midstream_retries:
-                    raise
-            attempt += 1
-            delay = self._backoff * (2 ** (attempt - 1)) * (0.75 + random.random() / 2)
-            log.warning("model stream failed before any output; retry %d in %.2fs", attempt, delay)
-            await asyncio.sleep(delay)
+        return retry_unstarted(lambda: self._stream_once(request), retries=self._midstream_retries,
+                               backoff=self._backoff)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         loop = asyncio.get_running_loop()

@@ -85,6 +85,9 @@ class DemoModel:
     async def close(self) -> None:
         pass
 
+    def unavailable(self, model: str) -> str | None:
+        return None  # offline: always there
+
     async def call(self, request: ModelRequest) -> ModelReply:
         return self._reply(self._plan(request), request)
 

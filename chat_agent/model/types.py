@@ -65,6 +65,8 @@ class ModelReply:
     # `content` with an empty input and must not run (its result tells the model why).
     invalid_calls: dict[str, str] = field(default_factory=dict)
     stop_detail: str | None = None  # the API's explanation of a refusal, when it gives one
+    # What the provider could not do of what was asked (thinking, say), told to the user.
+    notes: tuple[str, ...] = ()
 
 
 StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, ModelReply]
@@ -81,7 +83,12 @@ class LLMError(Exception):
 class ModelClient(Protocol):
     """What the loop, the summaries, titles, reflection and tools need of a model."""
 
-    configured: bool  # False: no credentials, so every call would fail
+    configured: bool  # False: no credentials for the main model, so its calls would fail
+
+    def unavailable(self, model: str) -> str | None:
+        """Why a call to `model` would fail before it is made (no key: which variable to
+        set), or None. A name this client does not know is for the caller to refuse."""
+        ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Deltas as they arrive, then one ModelReply. Raises LLMError."""

@@ -619,8 +619,9 @@ class Hub:
         on, so the frames after this one (an `abort`, another message) are read meanwhile."""
         if message.id is not None and live.knows_message(message.id):
             return None  # a client retrying a message it already sent: ignored, as PROTOCOL.md says
-        if not self.agent.model.configured:
-            raise FrameRejected("llm_error", "The server has no ANTHROPIC_API_KEY, so it cannot reach the model.")
+        unavailable = self.agent.model.unavailable(message.settings.model or self.settings.model)
+        if unavailable is not None:  # no key for that model's provider: said before anything is stored
+            raise FrameRejected("llm_error", unavailable)
         if live.running:
             raise FrameRejected("busy", "A turn is already running in this conversation; wait for done or abort it.")
         task = live.prepare(self._start_turn(live, message))

@@ -110,9 +110,9 @@ class TurnPreparer:
         """The turn, the user's message as the visible history keeps it, and its content as
         the model reads it."""
         plan = await self._plan(live, message)
-        model = message.settings.model or self._settings.model
-        if model not in self._settings.models:
-            raise FrameRejected("invalid_frame", f"Model {model!r} is not available here; choose one of: "
+        model = self._settings.allowed(message.settings.model or self._settings.model)
+        if model is None:
+            raise FrameRejected("invalid_frame", f"Model {message.settings.model!r} is not available here; choose one of: "
                                                  + ", ".join(self._settings.models))
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
         memories = await self._memories.load(live.owner)

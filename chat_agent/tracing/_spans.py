@@ -157,12 +157,12 @@ class ModelSpan:
 
 
 @contextmanager
-def model_span(model: str, max_tokens: int, *, stream: bool,
-               server: tuple[str, int | None] | None = None) -> Iterator[ModelSpan]:
+def model_span(model: str, max_tokens: int, *, stream: bool, server: tuple[str, int | None] | None = None,
+               provider: str = PROVIDER) -> Iterator[ModelSpan]:
     """The span of one model call (one HTTP request), a child of the current span. It is not
     made current: nothing runs under it, and the streaming call it wraps is a generator,
     whose steps run in whatever context its consumer has."""
-    attributes: dict[str, str | int | bool] = {OPERATION: "chat", PROVIDER_NAME: PROVIDER, SYSTEM: PROVIDER,
+    attributes: dict[str, str | int | bool] = {OPERATION: "chat", PROVIDER_NAME: provider, SYSTEM: provider,
                                                "gen_ai.request.model": model, "gen_ai.request.max_tokens": max_tokens}
     if stream:
         attributes["gen_ai.request.stream"] = True

@@ -15,7 +15,7 @@ from chat_agent.agent.loop import Agent
 from chat_agent.config import ConfigError, Settings
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
-from chat_agent.model import AnthropicClient, ModelClient
+from chat_agent.model import ModelClient, model_client
 from chat_agent.model.demo import DemoModel
 from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
@@ -47,7 +47,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
         await the_store.open()
         writer = StoreWriter(the_store)
         writer.start()
-        the_model = model or (DemoModel() if settings.demo else AnthropicClient(settings))
+        the_model = model or (DemoModel() if settings.demo else model_client(settings))
         agent = Agent(the_model, tools, settings)
         bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
         hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus,

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from importlib.metadata import version as _package_version
+from chat_agent.config import PROVIDERS, Settings
 from chat_agent.web.auth import authenticate
 from chat_agent.web.errors import error
 from chat_agent.sessions.hub import Hub
@@ -41,13 +42,28 @@ async def health(request: Request) -> JSONResponse:
     settings = hub.settings
     return JSONResponse({
         "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
-        "anthropic": {"configured": hub.agent.model.configured}, "demo": settings.demo,
+        "anthropic": {"configured": bool(settings.anthropic_api_key)},  # 1.0's field; all of them in `providers`
+        "providers": _providers(settings), "demo": settings.demo,
         "auth": settings.auth_enabled, "storage": hub.store.kind,
         "instance": {"id": hub.ownership.instance, "bus": hub.bus.kind, "jobs": hub.jobs.queue.kind},
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
         "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
         "tracing": tracing.exporting(),  # spans exported (OTEL_EXPORTER_OTLP_ENDPOINT), or the API's no-op
     })
+
+
+def _providers(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each model provider the configured models use: its models, and whether its key is set
+    (else which variable is missing)."""
+    shown: dict[str, dict[str, Any]] = {}
+    for provider, models in settings.providers().items():
+        configured = bool(settings.provider_key(provider))
+        shown[provider] = {"configured": configured, "models": models}
+        if not configured:
+            shown[provider]["missing"] = PROVIDERS[provider]
+        if provider == "openai":
+            shown[provider]["baseUrl"] = settings.openai_base_url or "https://api.openai.com/v1"
+    return shown
 
 
 async def get_conversation(request: Request, hub: Hub, owner: str) -> Response:

@@ -1,0 +1,175 @@
+"""The one module that talks to OpenAI-compatible APIs (OpenAI, Ollama, vLLM, OpenRouter,
+LiteLLM): Chat Completions streamed, a plain call, and their errors.
+
+The request is translated from the Messages API's shapes (`openai_messages`) and the reply
+back into them (`openai_stream`), so nothing above the model package can tell which API
+answered. What the provider cannot do is said in the reply's `notes` (thinking).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, AsyncIterator
+
+import openai
+
+from chat_agent.config import Settings
+from chat_agent.model.openai_messages import chat_params
+from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
+from chat_agent.model.retry import retry_unstarted
+from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
+from chat_agent.tracing import ModelSpan, model_span
+
+log = logging.getLogger(__name__)
+
+PROVIDER = "openai"
+FAIR_SLICE = 0.005  # seconds one stream may run before letting other tasks in (as the Anthropic client)
+THINKING_OFF = "Thinking is not available on {model} (an OpenAI-compatible model); it answered without it."
+NO_KEY = "The server has no OPENAI_API_KEY, so it cannot reach {model}."
+# OpenAI's own API wants max_completion_tokens (its reasoning models refuse max_tokens);
+# the compatible servers (Ollama, vLLM, ...) know max_tokens.
+OPENAI_HOSTS = ("api.openai.com",)
+
+
+class _Unfinished(Exception):
+    """The stream ended (the server closed it) before its reply said why it stopped."""
+
+
+def _error_detail(exc: openai.APIError) -> tuple[str, str]:
+    """The error's code or type, and its message, from the body the API sent."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    err = body.get("error") if isinstance(body.get("error"), dict) else body
+    kind = err.get("code") or err.get("type") or ""
+    return str(kind), str(err.get("message") or "")
+
+
+def translate_error(exc: Exception, *, midstream: bool = False) -> LLMError:
+    """A readable error for the client: no stack trace, no request headers, no key (OpenAI's
+    401 quotes part of the key, so its message is not passed on)."""
+    if isinstance(exc, openai.APIStatusError):
+        kind, detail = _error_detail(exc)
+        status = exc.status_code
+        if kind == "insufficient_quota":
+            return LLMError("llm_error", "The model API says the account has no quota left (insufficient_quota).")
+        if status == 429:
+            return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.")
+        if status in (401, 403):
+            return LLMError("llm_error", "The model API rejected our credentials (check OPENAI_API_KEY).")
+        return LLMError("llm_error", f"The model API failed ({status})" + (f": {detail}" if detail else ""))
+    if isinstance(exc, openai.APITimeoutError):
+        return LLMError("llm_error", "The model API timed out.", retryable=midstream)
+    if isinstance(exc, openai.APIConnectionError):
+        if midstream:
+            return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
+        return LLMError("llm_error", "Could not reach the model API.")
+    if isinstance(exc, openai.APIError):  # an error sent inside a 200 stream
+        kind, detail = _error_detail(exc)
+        detail = detail or exc.message
+        return LLMError("llm_error", "The model API failed during the reply" + (f": {detail}" if detail else ""),
+                        retryable=True)
+    if isinstance(exc, _Unfinished):
+        return LLMError("llm_error", "The model API's reply ended before it finished.", retryable=True)
+    if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
+        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
+    log.error("unexpected model call failure", exc_info=exc)
+    return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
+
+
+def error_type(exc: Exception) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        return _error_detail(exc)[0] or str(exc.status_code)
+    return type(exc).__name__
+
+
+def _failed(span: ModelSpan, exc: Exception, midstream: bool = False) -> LLMError:
+    error = translate_error(exc, midstream=midstream)
+    span.failed(error_type(exc), error.message)
+    return error
+
+
+class OpenAIClient:
+    """Streams Chat Completions. Like the Anthropic client, it retries a stream that failed
+    mid-way (the SDK retries only HTTP statuses) as long as nothing of it was yielded."""
+
+    def __init__(self, settings: Settings, *, midstream_retries: int = 2, backoff: float = 0.5):
+        self._client = openai.AsyncOpenAI(
+            api_key=settings.openai_api_key or "missing-key",
+            base_url=settings.openai_base_url,
+            max_retries=settings.llm_max_retries,
+            timeout=settings.llm_timeout,
+        )
+        self.configured = bool(settings.openai_api_key)
+        url = self._client.base_url
+        self._server = (url.host, url.port)  # where calls go, for their spans
+        self._max_tokens = "max_completion_tokens" if url.host in OPENAI_HOSTS else "max_tokens"
+        self._midstream_retries = midstream_retries
+        self._backoff = backoff
+
+    def unavailable(self, model: str) -> str | None:
+        return None if self.configured else NO_KEY.format(model=model)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
+        return retry_unstarted(lambda: self._stream_once(request), retries=self._midstream_retries,
+                               backoff=self._backoff)
+
+    def _params(self, request: ModelRequest) -> dict[str, Any]:
+        return chat_params(request, max_tokens_field=self._max_tokens)
+
+    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        loop = asyncio.get_running_loop()
+        chunks = ChunkAccumulator()
+        params = self._params(request)
+        with model_span(request.model, params[self._max_tokens], stream=True, server=self._server,
+                        provider=PROVIDER) as span:
+            started = False
+            try:
+                stream = await self._client.chat.completions.create(**params, stream=True,
+                                                                     stream_options={"include_usage": True})
+                started = True
+                async with stream:  # closing it (abort) closes the HTTP response
+                    pause_at = loop.time() + FAIR_SLICE
+                    async for chunk in stream:
+                        span.first_chunk()
+                        for item in chunks.feed(chunk):
+                            yield item
+                        if loop.time() >= pause_at:
+                            # Buffered chunks need no real await: a fast stream would hold the
+                            # event loop (every other client, and abort) for as long as it lasts.
+                            await asyncio.sleep(0)
+                            pause_at = loop.time() + FAIR_SLICE
+                if chunks.finish is None:
+                    raise _Unfinished()
+                reply = self._noted(request, chunks.reply(), thought=chunks.thought)
+            except Exception as exc:  # cancellation is a BaseException and passes through
+                raise _failed(span, exc, midstream=started) from exc
+            span.replied(reply.stop_reason, reply.usage, chunks.id, chunks.model)
+        yield reply
+
+    @staticmethod
+    def _noted(request: ModelRequest, reply: ModelReply, *, thought: bool) -> ModelReply:
+        if request.thinking_budget and not thought:
+            reply.notes = (*reply.notes, THINKING_OFF.format(model=request.model))
+        return reply
+
+    async def call(self, request: ModelRequest) -> ModelReply:
+        """A plain (not streamed) call for background work: summaries, titles, reflection."""
+        params = self._params(request)
+        with model_span(request.model, params[self._max_tokens], stream=False, server=self._server,
+                        provider=PROVIDER) as span:
+            try:
+                completion = await self._client.chat.completions.create(**params)
+                reply = self._noted(request, reply_of_completion(completion), thought=False)
+            except Exception as exc:
+                raise _failed(span, exc) from exc
+            span.replied(reply.stop_reason, reply.usage, completion.id, completion.model)
+        return reply
+
+    async def complete(self, request: ModelRequest) -> str:
+        """A plain call; returns its text."""
+        reply = await self.call(request)
+        return "".join(b["text"] for b in reply.content if b["type"] == "text").strip()
