@@ -201,7 +201,9 @@ class Connection:
                 await hub.command(live, frame)
             case ResumeIn(after_seq=after_seq):
                 if self._closing is None:
-                    self._out.append(_Replay(after_seq))
+                    # Ahead of live frames queued meanwhile: the replay reads them from the log
+                    # too (they are committed), in order, and they are skipped once sent.
+                    self._out.appendleft(_Replay(after_seq))
                     self._wake.set()
             case PingIn():
                 self._send_local(Pong(conversation_id=live.id).to_json())
