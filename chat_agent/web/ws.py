@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chat_agent.web.auth import authenticate
-from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub, for_sender
+from chat_agent.sessions.commands import for_sender
+from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
