@@ -10,6 +10,7 @@ import time
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
 from tests.support import connect, recv, send, until
+from tests.test_e2e_agui import ag_ui
 
 SEARCH = ToolUse("web_search", {"query": "tide tables"})
 
@@ -156,5 +157,13 @@ async def test_approve_on_another_instance_reaches_the_owner(instances, fake_ant
     await send(ws_b, type="approve", toolId=request["toolId"], approved=True)
     frames = await until(ws_a, "done", timeout=20)
     assert not of(frames, "tool_end")[0]["isError"] and frames[-1]["stopReason"] == "end_turn"
+
+    # An AG-UI run posted on B for the conversation A owns: forwarded, and streamed back from B.
+    fake_anthropic.enqueue(Reply("Answered through B."))
+    events = await ag_ui(b, {"threadId": cid, "runId": "run-b", "messages": [{"id": "u", "role": "user",
+                                                                          "content": "over AG-UI"}]})
+    assert [e["type"] for e in events][-1] == "RUN_FINISHED"
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Answered through B."
+    assert (await until(ws_a, "done"))[-1]["stopReason"] == "end_turn"  # the same turn, live on A
     for sock in (ws_a, ws_b):
         await sock.close()
