@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import socket
@@ -54,6 +55,12 @@ class Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
+        # Everything loaded to start (modules, schemas, the tokenizer, the SDKs) lives as long
+        # as the process: out of the collector's sight, a full collection scans only what turns
+        # make, in ~1 ms instead of the 130-220 ms pauses that stalled every stream (and every
+        # abort) at once under load.
+        gc.collect()
+        gc.freeze()
         if self.started and sockets:
             host, port = sockets[0].getsockname()[:2]
             where = _where(host, port)

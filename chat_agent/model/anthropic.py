@@ -50,6 +50,8 @@ def translate_error(exc: Exception) -> LLMError:
     if isinstance(exc, anthropic.APITimeoutError):
         return LLMError("llm_error", "The model API timed out.")
     if isinstance(exc, anthropic.APIConnectionError):
+        # The operator needs the cause (refused, DNS, TLS, a full pool); the client does not.
+        log.warning("could not reach the model API: %r", exc.__cause__ or exc)
         return LLMError("llm_error", "Could not reach the model API.")
     if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
         # The SDK lets transport errors that happen mid-stream through unwrapped.
