@@ -94,7 +94,7 @@ class Bus(ABC):
 
     async def send(self, instance: str, message: dict[str, Any]) -> None:
         """Sends a message to one instance (it may no longer be there: nothing says so)."""
-        await self._send([(self.instance_channel(instance), _dumps(message))])
+        await self._send([(self.instance_channel(instance), _dumps(message))], direct=True)
 
     async def _flush_loop(self) -> None:
         while True:
@@ -131,8 +131,10 @@ class Bus(ABC):
     async def _stop(self) -> None: ...
 
     @abstractmethod
-    async def _send(self, messages: list[tuple[str, str]]) -> None:
-        """Sends (channel, payload) pairs in order, in one round trip where the service allows."""
+    async def _send(self, messages: list[tuple[str, str]], direct: bool = False) -> None:
+        """Sends (channel, payload) pairs in order, in one round trip where the service allows.
+        `direct`: a message to one instance (a command, an answer), which need not keep its
+        order with the frames."""
 
 
 class LocalBus(Bus):
@@ -151,7 +153,7 @@ class LocalBus(Bus):
     async def _stop(self) -> None:
         pass
 
-    async def _send(self, messages: list[tuple[str, str]]) -> None:
+    async def _send(self, messages: list[tuple[str, str]], direct: bool = False) -> None:
         if messages:
             raise RuntimeError("no other instance can be reached: no bus is configured")
 
@@ -177,8 +179,9 @@ class PostgresBus(Bus):
     def __init__(self, instance: str, url: str):
         super().__init__(instance)
         self._url = url
-        self._sender: Any = None  # psycopg.AsyncConnection
-        self._send_lock = asyncio.Lock()
+        # Frames go out on one connection, one statement at a time (their order is kept);
+        # commands and answers on another, so an `abort` never waits behind a flush of frames.
+        self._senders = {False: _Sender(self._connect), True: _Sender(self._connect)}
         self._listener: asyncio.Task[None] | None = None
         self._pieces: dict[str, _Pieces] = {}
 
@@ -237,31 +240,46 @@ class PostgresBus(Bus):
             self._listener.cancel()
             await asyncio.gather(self._listener, return_exceptions=True)
             self._listener = None
-        async with self._send_lock:
-            if self._sender is not None:
-                await self._sender.close()
-                self._sender = None
+        for sender in self._senders.values():
+            await sender.close()
 
-    async def _send(self, messages: list[tuple[str, str]]) -> None:
+    async def _send(self, messages: list[tuple[str, str]], direct: bool = False) -> None:
         channels, payloads = [], []
         for channel, payload in messages:
             for piece in _pieces(payload):
                 channels.append(channel)
                 payloads.append(piece)
-        if not channels:
-            return
-        async with self._send_lock:  # one connection, one statement at a time: order is kept
-            if self._sender is None or self._sender.closed:
-                self._sender = await self._connect()
+        if channels:
+            await self._senders[direct].notify(channels, payloads)
+
+
+class _Sender:
+    """One connection that sends notifications, one statement at a time."""
+
+    def __init__(self, connect: Callable[[], Any]):
+        self._connect = connect
+        self._conn: Any = None  # psycopg.AsyncConnection
+        self._lock = asyncio.Lock()
+
+    async def notify(self, channels: list[str], payloads: list[str]) -> None:
+        async with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = await self._connect()
             try:
                 # One statement, so one transaction: its notifications arrive together, in order.
-                await self._sender.execute(
+                await self._conn.execute(
                     "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS m(c, p, i)"
                     " ORDER BY i", (channels, payloads))
             except Exception:
-                await self._sender.close()
-                self._sender = None
+                await self._conn.close()
+                self._conn = None
                 raise
+
+    async def close(self) -> None:
+        async with self._lock:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
 
 
 def _pieces(payload: str) -> list[str]:
@@ -338,7 +356,7 @@ class RedisBus(Bus):
             await self._client.aclose()
             self._client = None
 
-    async def _send(self, messages: list[tuple[str, str]]) -> None:
+    async def _send(self, messages: list[tuple[str, str]], direct: bool = False) -> None:
         if not messages:
             return
         async with self._client.pipeline(transaction=False) as pipe:
