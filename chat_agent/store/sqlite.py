@@ -300,7 +300,7 @@ class SqliteStore(Store):
     async def has_client_message_id(
         self, owner: str, conversation_id: str, client_id: str
     ) -> bool:
-        return bool(await self._fetch(reads.CLIENT_ID, (conversation_id, owner, client_id)))
+        return bool(await self._lookup(reads.CLIENT_ID, (conversation_id, owner, client_id)))
 
     async def get_artifact(self, owner: str, conversation_id: str) -> ArtifactRecord | None:
         def read(db: sqlite3.Connection) -> ArtifactRecord | None:
@@ -321,7 +321,7 @@ class SqliteStore(Store):
         return await self._read(read)
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
-        rows = await self._fetch(reads.MEMORIES, (owner,))
+        rows = await self._lookup(reads.MEMORIES, (owner,))
         if not rows:
             return None
         return reads.memories(rows[0])
@@ -366,6 +366,22 @@ class SqliteStore(Store):
 
     async def _fetch(self, sql: str, params: Sequence[Any]) -> list[Any]:
         return await self._read(lambda db: db.execute(sql, params).fetchall())
+
+    async def _lookup(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """A read of one row by its key, which every turn makes before its first model call
+        (the user's memories, a message id): on the event loop's thread, on the write
+        connection while no write is under way on it. The hop to the read thread and back
+        costs ~10× the read (measured: 0.3 ms against 0.03 ms, on the way to the model).
+        One statement sees one committed state, like any read; a lock it would have to wait
+        for (another process recovering the WAL) sends it to the read thread."""
+        db = self._writes
+        if db is not None and db is not self._db and not self._write_lock.locked():
+            try:
+                return db.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                    raise
+        return await self._fetch(sql, params)
 
     async def _read(self, job: Callable[[sqlite3.Connection], T]) -> T:
         """`job`'s reads in one read transaction: they all see the same committed state (writes

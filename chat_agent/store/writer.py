@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 Callback = Callable[[], None]
 SLOW_COMMIT = 0.25  # seconds; a commit slower than this delays every stream noticeably
 HEAVY = 64 * 1024  # characters a scope writes in one batch past which it commits on its own
+# Turns of the event loop the writer lets pass before a commit, unless SETTLED submissions
+# have queued by then (see `_run`).
+SETTLE_PASSES = 3
+SETTLED = 16
+# Seconds a write that nobody waits for (no callback, no `wait_for`) may wait for the next
+# commit; see `_submit`.
+DEFER = 0.02
 
 
 class NotStored(StoreError):
@@ -142,6 +149,7 @@ class StoreWriter:
         self._retry_delay = retry_delay
         self._attempts = attempts
         self._task: asyncio.Task[None] | None = None
+        self._deferred: asyncio.TimerHandle | None = None  # the commit of writes nobody waits for
         self._closing = False
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
@@ -173,7 +181,15 @@ class StoreWriter:
             else:
                 self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope)))
         self._submitted += 1
-        self._wake.set()
+        if on_commit is not None or done is not None:
+            self._wake.set()
+        elif self._deferred is None:
+            # Nobody is told of these ops (a turn's start, a history item): they join the
+            # next commit, which a frame or a `wait_for` asks for, or commit DEFER seconds
+            # from now. A turn's start (the turn record, the user's message) thus shares its
+            # commit with the turn's first frames instead of taking one of its own: every
+            # commit rewrites the conversation's hot pages, ~0.4 ms on the event loop.
+            self._deferred = asyncio.get_running_loop().call_later(DEFER, self._wake.set)
         return self._submitted
 
     def fence(self, scope: str, instance: str, epoch: int) -> None:
@@ -202,6 +218,7 @@ class StoreWriter:
         committed, or lost and reported to `on_lost`."""
         if ticket <= self._processed:
             return
+        self._wake.set()  # someone waits: no deferring
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((ticket, future))
         await future
@@ -219,11 +236,22 @@ class StoreWriter:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
-            # One more turn of the event loop: what the same step of a turn publishes next
-            # (its last text, `context_update`, `done`) joins this commit instead of waiting
-            # for it to finish and taking one more.
-            await asyncio.sleep(0)
+            # A few more turns of the event loop (not time): what a turn does next without
+            # waiting on the network joins this commit instead of taking one more: the last
+            # text, `context_update` and `done` of a step, but also a tool that returns at
+            # once with its `tool_end`. And the commit (a few tenths of a ms of CPU on the
+            # loop) then runs while the turn waits for the model's next reply, not between
+            # its steps (measured on a one-tool turn: 3 commits instead of 4, ~1 ms less
+            # from `message` to `done`). Under load a batch fills up at once: it commits
+            # after one turn, as waiting longer would only hold frames back.
+            for _ in range(SETTLE_PASSES):
+                await asyncio.sleep(0)
+                if len(self._queue) >= SETTLED:
+                    break
             self._wake.clear()
+            if self._deferred is not None:
+                self._deferred.cancel()
+                self._deferred = None
             batch, ticket = self._queue, self._submitted
             self._queue = []
             for part in _split(batch):
