@@ -74,6 +74,9 @@ _FENCES = (
     "SELECT conversation_id, instance, epoch FROM leases"
     " WHERE conversation_id IN (SELECT value FROM json_each(?))"
 )
+# The usual case, a batch of one conversation: a key lookup, without encoding a list as
+# JSON and reading it back (measured: the dearest statement of a small commit otherwise).
+_FENCE = "SELECT conversation_id, instance, epoch FROM leases WHERE conversation_id = ?"
 _CLAIM = leases.for_sqlite(leases.CLAIM)
 _RENEW = leases.for_sqlite(leases.RENEW)
 _EXPIRED = leases.for_sqlite(leases.EXPIRED)
@@ -433,7 +436,10 @@ def _apply(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]], fences: d
     _begin(db)
     try:
         if fences:
-            held = db.execute(_FENCES, (json.dumps(list(fences)),)).fetchall()
+            if len(fences) == 1:
+                held = db.execute(_FENCE, tuple(fences)).fetchall()
+            else:
+                held = db.execute(_FENCES, (json.dumps(list(fences)),)).fetchall()
             if fenced := leases.fenced_out(fences, held):
                 raise FencedOut(fenced)
         for sql, rows in steps:
