@@ -259,14 +259,16 @@ class StoreWriter:
         loop) runs once the turn waits for the model (its request sent), not between its
         steps, where it would hold the turn up (measured on a one-tool turn: 2 commits
         instead of 4, and ~1.5 ms less from `message` to `done`). Under load the batch
-        fills up (SETTLED) or SETTLE_MAX passes: frames are held back 2 ms at most."""
+        fills up (SETTLED), or a turn of the loop alone takes SETTLE_MAX: then no more
+        turns are waited for than before (one), which would hold every frame back."""
         started = time.perf_counter()
         await asyncio.sleep(0)
         while len(self._queue) < SETTLED:
             before = time.perf_counter()
+            if before - started > SETTLE_MAX:
+                return  # a busy loop, where one more turn could take long: commit now
             await asyncio.sleep(0)
-            now = time.perf_counter()
-            if now - before < IDLE_PASS or now - started > SETTLE_MAX:
+            if time.perf_counter() - before < IDLE_PASS:
                 return
 
     async def _commit(self, batch: list[_Submission]) -> None:
