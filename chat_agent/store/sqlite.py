@@ -1,7 +1,8 @@
 """`SqliteStore`: the default backend, one SQLite file in WAL mode.
 
 Reads run on a worker thread, each one job there (measured: a commit under load went from
-12.7 ms with a hop per statement, through aiosqlite, to a few ms). Writes have a
+12.7 ms with a hop per statement, through aiosqlite, to a few ms). A read of one row by key
+that every turn makes (`_lookup`) runs on the event loop's thread instead. Writes have a
 connection of their own, and WAL lets no read see half a batch.
 
 A small batch (what one conversation's step writes: a few frames, a history item)
