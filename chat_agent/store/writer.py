@@ -231,6 +231,9 @@ class StoreWriter:
     async def close(self) -> None:
         await self.flush()
         self._closing = True
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
