@@ -7,6 +7,10 @@ product's tools, so that the model requests equal those of the other variants a 
 compares; by default all of them are added to the product's tools.
 
     python bench/bench_server.py      # same environment variables as server.py
+
+BENCH_PROFILE=path runs the server under cProfile; `kill -USR1 <pid>` writes the stats so
+collected since the last
+signal to that path (uvicorn ends on a re-raised signal, so there is no "at exit" to hook).
 """
 
 from __future__ import annotations
@@ -34,5 +38,23 @@ def build_registry(settings):
     return registry
 
 
+def profile_to(path: str) -> None:
+    import cProfile
+    import signal
+
+    profiler = cProfile.Profile()
+
+    def dump(signum, frame) -> None:
+        profiler.disable()
+        profiler.dump_stats(path)
+        profiler.clear()
+        profiler.enable()
+
+    signal.signal(signal.SIGUSR1, dump)
+    profiler.enable()
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_PROFILE"):
+        profile_to(os.environ["BENCH_PROFILE"])
     sys.exit(server.main(build_registry))

@@ -246,6 +246,10 @@ class LiveConversation:
         nothing can interleave between the reply leaving the turn and the history."""
         reply = self._reply
         assert reply is not None and self._turn_id is not None, "finish() without a turn"
+        # Text still held by the coalescer goes out (and into `reply`) before the reply is
+        # stored: else an aborted reply would be stored without the last piece its clients
+        # get just before `done`.
+        self._deltas.interrupt()
         now = time.monotonic()
         for call in open_tools(reply):
             started = self._tool_started.get(call.tool_id, now)

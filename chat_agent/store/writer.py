@@ -39,6 +39,15 @@ log = logging.getLogger(__name__)
 Callback = Callable[[], None]
 SLOW_COMMIT = 0.25  # seconds; a commit slower than this delays every stream noticeably
 HEAVY = 64 * 1024  # characters a scope writes in one batch past which it commits on its own
+# Before a commit the writer lets the event loop run until it is idle (see `_settle`): a
+# turn of the loop shorter than IDLE_PASS seconds ran nothing else. It waits SETTLE_MAX
+# seconds at most, and no longer once SETTLED submissions have queued.
+IDLE_PASS = 50e-6
+SETTLE_MAX = 0.002
+SETTLED = 16
+# Seconds a write that nobody waits for (no callback, no `wait_for`) may wait for the next
+# commit; see `_submit`.
+DEFER = 0.02
 
 
 class NotStored(StoreError):
@@ -142,6 +151,7 @@ class StoreWriter:
         self._retry_delay = retry_delay
         self._attempts = attempts
         self._task: asyncio.Task[None] | None = None
+        self._deferred: asyncio.TimerHandle | None = None  # the commit of writes nobody waits for
         self._closing = False
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
@@ -173,7 +183,15 @@ class StoreWriter:
             else:
                 self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope)))
         self._submitted += 1
-        self._wake.set()
+        if on_commit is not None or done is not None:
+            self._wake.set()
+        elif self._deferred is None:
+            # Nobody is told of these ops (a turn's start, a history item): they join the
+            # next commit, which a frame or a `wait_for` asks for, or commit DEFER seconds
+            # from now. A turn's start (the turn record, the user's message) thus shares its
+            # commit with the turn's first frames instead of taking one of its own: every
+            # commit rewrites the conversation's hot pages, ~0.4 ms on the event loop.
+            self._deferred = asyncio.get_running_loop().call_later(DEFER, self._wake.set)
         return self._submitted
 
     def fence(self, scope: str, instance: str, epoch: int) -> None:
@@ -202,6 +220,7 @@ class StoreWriter:
         committed, or lost and reported to `on_lost`."""
         if ticket <= self._processed:
             return
+        self._wake.set()  # someone waits: no deferring
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((ticket, future))
         await future
@@ -212,6 +231,9 @@ class StoreWriter:
     async def close(self) -> None:
         await self.flush()
         self._closing = True
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -219,11 +241,11 @@ class StoreWriter:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
-            # One more turn of the event loop: what the same step of a turn publishes next
-            # (its last text, `context_update`, `done`) joins this commit instead of waiting
-            # for it to finish and taking one more.
-            await asyncio.sleep(0)
+            await self._settle()
             self._wake.clear()
+            if self._deferred is not None:
+                self._deferred.cancel()
+                self._deferred = None
             batch, ticket = self._queue, self._submitted
             self._queue = []
             for part in _split(batch):
@@ -231,6 +253,26 @@ class StoreWriter:
                     await self._commit(part)
             self._processed = ticket
             self._release(ticket)
+
+    async def _settle(self) -> None:
+        """Lets the event loop run until it has nothing else to do before a commit. What a
+        turn does next without waiting on the network joins this commit instead of taking
+        one more: the last text, `context_update` and `done` of a step, and also a tool
+        that returns at once with its `tool_end`. And the commit (a few tenths of a ms on the
+        loop) runs once the turn waits for the model (its request sent), not between its
+        steps, where it would hold the turn up (measured on a one-tool turn: 2 commits
+        instead of 4, and ~1.5 ms less from `message` to `done`). Under load the batch
+        fills up (SETTLED), or a turn of the loop alone takes SETTLE_MAX: then no more
+        turns are waited for than before (one), which would hold every frame back."""
+        started = time.perf_counter()
+        await asyncio.sleep(0)
+        while len(self._queue) < SETTLED:
+            before = time.perf_counter()
+            if before - started > SETTLE_MAX:
+                return  # a busy loop, where one more turn could take long: commit now
+            await asyncio.sleep(0)
+            if time.perf_counter() - before < IDLE_PASS:
+                return
 
     async def _commit(self, batch: list[_Submission]) -> None:
         """Writes the submissions and runs their callbacks (those stored) in order."""
