@@ -4,6 +4,7 @@ memories, titles, caching and export, and all of it surviving a restart."""
 from __future__ import annotations
 
 import asyncio
+import time
 import io
 import json
 import signal
@@ -246,11 +247,15 @@ async def test_exports(server, fake_anthropic):
 
 
 async def test_background_reflection_is_debounced_and_cancelled_by_delete(make_server, fake_anthropic):
-    server = make_server(CHAT_AGENT_REFLECTION_DELAY="1.0")
+    delay = 2.0
+    server = make_server(CHAT_AGENT_REFLECTION_DELAY=str(delay))
     request_json(server, "DELETE", "/api/memories")
 
     def is_reflection(body: dict) -> bool:
         return body.get("tool_choice", {}).get("name") == "store_reflections"
+
+    def reflections() -> int:
+        return len([r for r in fake_anthropic.requests if is_reflection(r.body)])
 
     fake_anthropic.enqueue(Reply([ToolUse("store_reflections", {"styleRules": ["Short lines"],
                                                                 "content": ["Writes about seasons"]})]),
@@ -259,22 +264,28 @@ async def test_background_reflection_is_debounced_and_cancelled_by_delete(make_s
     await turn(ws, fake_anthropic, Reply([ToolUse("generate_artifact", {"title": "T", "type": "text",
                                                                         "content": "Autumn"})]),
                Reply("ok"), content="write")
+    first_end = time.monotonic()
     await asyncio.sleep(0.5)
     await turn(ws, fake_anthropic, Reply("just chatting"), content="hi")  # restarts the wait
-    await asyncio.sleep(0.7)
-    assert not [r for r in fake_anthropic.requests if is_reflection(r.body)], "the newer turn restarted the wait"
-    await asyncio.sleep(1.0)
+    # Past the first turn's deadline, before the second's (it ended 0.5 s later at least),
+    # however long the turns took on a loaded machine.
+    await asyncio.sleep(max(0.0, first_end + delay + 0.3 - time.monotonic()))
+    assert not reflections(), "the newer turn restarted the wait"
+    deadline = time.monotonic() + delay + 10
+    while request_json(server, "GET", "/api/memories")[1]["styleRules"] != ["Short lines"]:
+        assert time.monotonic() < deadline, "the reflection never ran"
+        await asyncio.sleep(0.2)
     assert request_json(server, "GET", "/api/memories")[1] == {"styleRules": ["Short lines"],
                                                                "content": ["Writes about seasons"]}
     # a deleted conversation takes its pending reflection with it
-    before = len([r for r in fake_anthropic.requests if is_reflection(r.body)])
+    before = reflections()
     ws2, other = await connect(server)
     await turn(ws2, fake_anthropic, Reply([ToolUse("generate_artifact", {"title": "T", "type": "text",
                                                                          "content": "Winter"})]),
                Reply("ok"), content="write")
     assert request_json(server, "DELETE", f"/api/conversations/{other['conversationId']}")[0] == 204
-    await asyncio.sleep(1.5)
-    assert len([r for r in fake_anthropic.requests if is_reflection(r.body)]) == before
+    await asyncio.sleep(delay + 1.0)
+    assert reflections() == before
     fake_anthropic.clear()
     await ws.close()
 
