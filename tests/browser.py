@@ -38,9 +38,12 @@ def browser() -> Iterator:
     if executable is None:
         _missing("Chromium is not installed (apt-get install chromium)")
     try:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import expect, sync_playwright
     except ImportError:
         _missing("playwright is not installed (the [test] extra)")
+    # What the page shows may take a few seconds on a loaded CI machine (two test workers,
+    # servers, Chromium on two cores): assertions wait as long as actions do.
+    expect.set_options(timeout=15_000)
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root in a container, where Chromium's own sandbox cannot start.
         launched = playwright.chromium.launch(executable_path=executable, headless=True,

@@ -254,8 +254,10 @@ async def test_background_reflection_is_debounced_and_cancelled_by_delete(make_s
     def is_reflection(body: dict) -> bool:
         return body.get("tool_choice", {}).get("name") == "store_reflections"
 
+    earlier = len([r for r in fake_anthropic.requests if is_reflection(r.body)])  # other tests' (shared fake)
+
     def reflections() -> int:
-        return len([r for r in fake_anthropic.requests if is_reflection(r.body)])
+        return len([r for r in fake_anthropic.requests if is_reflection(r.body)]) - earlier
 
     fake_anthropic.enqueue(Reply([ToolUse("store_reflections", {"styleRules": ["Short lines"],
                                                                 "content": ["Writes about seasons"]})]),
