@@ -22,7 +22,7 @@ from chat_agent.canvas.titles import make_title
 from chat_agent.config import Settings
 from chat_agent.model import ModelClient
 from chat_agent.protocol import StopReason
-from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.live import Listener, LiveConversation
 from chat_agent.sessions.pages import SESSION_MESSAGES
 from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.tracing import job_span
@@ -42,13 +42,26 @@ Operation = Callable[[], Awaitable[None]]
 class Conversations(Protocol):
     """How a job gets hold of its conversation (it may have been closed meanwhile)."""
 
-    async def open(self, owner: str, conversation_id: str) -> LiveConversation | None: ...
+    async def attach(self, owner: str, conversation_id: str | None, listener: Listener) -> LiveConversation | None: ...
 
     async def own(self, live: LiveConversation) -> bool: ...
 
     async def forward_job(self, live: LiveConversation, kind: str) -> bool: ...
 
-    def release(self, live: LiveConversation) -> None: ...
+    def detach(self, live: LiveConversation, listener: Listener) -> None: ...
+
+
+class _Using:
+    """A job's hold on its conversation: like a socket, it keeps the conversation open (and
+    its lease) until the job is done. Without it the conversation could be let go during the
+    job's model call and opened again by a client as another object, and the job would then
+    write with seqs the new one also hands out."""
+
+    def deliver(self, seq: int, text: str) -> None:
+        pass
+
+    def close(self, code: int, text: str | None = None) -> None:
+        pass
 
 
 class ConversationJobs:
@@ -126,10 +139,13 @@ class ConversationJobs:
                 self._operations.task_done()
 
     async def _name(self, owner: str, conversation_id: str) -> None:
-        live = await self._conversations.open(owner, conversation_id)
-        if live is None or live.title is not None:
+        using = _Using()
+        live = await self._conversations.attach(owner, conversation_id, using)
+        if live is None:
             return
         try:
+            if live.title is not None:
+                return
             if await self._conversations.forward_job(live, TITLE):
                 return  # another instance owns the conversation: it ran the job
             messages = await live.recent(SESSION_MESSAGES)
@@ -141,10 +157,11 @@ class ConversationJobs:
             if title and live.title is None and await self._conversations.own(live) and live.title is None:
                 live.set_title(title)
         finally:
-            self._conversations.release(live)
+            self._conversations.detach(live, using)
 
     async def _reflect(self, owner: str, conversation_id: str) -> None:
-        live = await self._conversations.open(owner, conversation_id)
+        using = _Using()
+        live = await self._conversations.attach(owner, conversation_id, using)
         if live is None:
             return
         try:
@@ -157,4 +174,4 @@ class ConversationJobs:
             if result is not None:  # merged with what changed meanwhile, if anything did
                 await self._memories.revise(owner, memories, *result)
         finally:
-            self._conversations.release(live)
+            self._conversations.detach(live, using)
