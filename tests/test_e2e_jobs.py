@@ -15,7 +15,7 @@ from tests import pg
 from tests.conftest import SMALL_MODEL
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.instances import instances, instances_any_bus, moto, s3_env  # noqa: F401  (fixtures)
-from tests.support import connect, send, until
+from tests.support import connect, recv, send, until
 
 TITLE_DELAY = 3.0  # seconds the fake takes to name a conversation: long enough for a turn elsewhere
 REFLECTION_DELAY = 4.0  # CHAT_AGENT_REFLECTION_DELAY: longer than a turn on a loaded machine
@@ -150,3 +150,32 @@ async def test_memories_changed_on_two_instances_at_once_keep_both(instances, fa
     await turn(a, None, "hello")
     system = json.dumps(fake_anthropic.main_bodies[-1]["system"])
     assert "Use British spelling." in system and "Plays the oboe." not in system
+
+
+async def test_a_slow_title_does_not_cut_the_next_turn_of_a_client_that_came_back(make_server, fake_anthropic):
+    """The client leaves right after its first turn, while the title's model call is slow,
+    and comes back with a message: the title job still holds the conversation, so the new
+    turn runs on the same one and ends, and every seq is handed out once."""
+    server = make_server()
+    fake_anthropic.enqueue(Reply([ToolUse("set_title", {"title": "Slow Title"})], delay=0.5),
+                           when=lambda body: body.get("model") == SMALL_MODEL and "set_title" in json.dumps(body))
+    ws, session = await connect(server)
+    fake_anthropic.enqueue(Reply("first"))
+    await send(ws, type="message", content="one")
+    first = await until(ws, "done")
+    await ws.close()  # nothing listens now, and the title is still being written
+    await asyncio.sleep(0.2)
+    ws, again = await connect(server, session["conversationId"])
+    fake_anthropic.enqueue(Reply("second " * 30, chunk_size=8, delay=0.05))
+    await send(ws, type="message", content="two")
+    frames: list[dict] = []
+    titled = again["title"] is not None  # (the title may have come while the client was away)
+    while not ({"done"} | ({"title"} if not titled else set())) <= {f["type"] for f in frames}:
+        frames.append(await recv(ws, timeout=20, skip=()))
+    assert [f for f in frames if f["type"] == "done"][0]["stopReason"] == "end_turn"
+    titles = [f["title"] for f in frames if f["type"] == "title"] or [again["title"]]
+    assert titles == ["Slow Title"]
+    assert again["seq"] >= first[-1]["seq"]
+    seqs = [f["seq"] for f in frames]
+    assert seqs == list(range(again["seq"] + 1, again["seq"] + 1 + len(seqs))), "every seq once, in order"
+    await ws.close()
