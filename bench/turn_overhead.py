@@ -7,7 +7,10 @@ Anthropic process, each turn on a fresh conversation (so every variant sends the
 requests every time):
 
 - bare:      the same two model calls made with the SDK (`messages.stream` +
-             `get_final_message()`), same messages, system prompt and tool schema;
+             `get_final_message()`), same messages, system prompt and tool schema, on the
+             SDK's default HTTP client (httpx), as a plain script or LangGraph makes them;
+- bare/aio:  the same on the SDK's aiohttp client, the one our server uses (shown, not
+             judged: it tells what of our lead is the HTTP client's);
 - ours:      `chat_agent.agent.loop.run_turn` in-process, with a `ConversationManager` on a real
              `StoreWriter` and SQLite store (as chat_agent/sessions builds them), the user
              message added as `LiveConversation.start` does, and the writer flushed at the end;
@@ -19,7 +22,8 @@ requests every time):
              and the same tool and system prompt, `ainvoke`.
 
 Overhead = median(variant) - median(bare). Targets: ours (in-process) / LangGraph ≤ 0.5 and
-ours (through the WebSocket) / LangGraph ≤ 0.5.
+ours (through the WebSocket) / LangGraph ≤ 0.5. The same ratios against bare/aio are printed
+beside them.
 With --profile (or when ours misses), cProfile of ours and of bare turns is printed: the CPU
 per turn of each, and ours' own functions (chat_agent, the store) by cumulative time.
 
@@ -109,9 +113,13 @@ class Ours:
 
 
 class Bare:
-    def __init__(self, fake: FakeAnthropicProcess, tools: list[dict]):
-        self.client = anthropic.AsyncAnthropic(api_key=fake.api_key, base_url=fake.base_url, max_retries=0)
+    def __init__(self, fake: FakeAnthropicProcess, tools: list[dict], *, aiohttp: bool = False):
+        http = {"http_client": anthropic.DefaultAioHttpClient()} if aiohttp else {}
+        self.client = anthropic.AsyncAnthropic(api_key=fake.api_key, base_url=fake.base_url, max_retries=0, **http)
         self.tools = tools
+
+    async def close(self) -> None:
+        await self.client.close()
 
     async def _call(self, messages: list[dict]):
         async with self.client.messages.stream(model=DEFAULTS.model, max_tokens=DEFAULTS.max_output_tokens,
@@ -186,10 +194,11 @@ async def main_async(args: argparse.Namespace) -> bool:
     fake = FakeAnthropicProcess()
     tmp = tempfile.TemporaryDirectory(prefix="bench-turn-")
     ours = Ours(fake, Path(tmp.name))
-    server = None
+    server = bare = bare_aio = None
     try:
         await ours.open()
         bare, graph = Bare(fake, ours.tools), LangGraph(fake)
+        bare_aio = Bare(fake, ours.tools, aiohttp=True)
         server = ChatServer(fake, Path(tmp.name) / "server", script="bench/bench_server.py",
                             env={"BENCH_TOOLS": "noop"})  # the same tools param as the other variants
         # sanity: every variant really makes the tool call and gets the final answer
@@ -198,17 +207,23 @@ async def main_async(args: argparse.Namespace) -> bool:
         _check("ours", [type(e).__name__ for e in events].count("ToolEnded") == 1
                and events[-1].stop_reason == "end_turn", events)
         _check("bare", (await bare.turn()).startswith("Done: ok"), "")
+        _check("bare/aio", (await bare_aio.turn()).startswith("Done: ok"), "")
         _check("langgraph", (await graph.turn()).startswith("Done: ok"), "")
         ws = WsTurns(server.ws_url)
         _, kinds = await ws.turn()
         _check("ours/ws", "tool_end" in kinds and kinds[-1] == "done", kinds)
 
-        times: dict[str, list[float]] = {"bare": [], "ours": [], "ours/ws": [], "langgraph": []}
+        times: dict[str, list[float]] = {"bare": [], "bare/aio": [], "ours": [], "ours/ws": [], "langgraph": []}
         flushes: list[float] = []
 
         async def run_bare() -> float:
             t0 = time.perf_counter()
             await bare.turn()
+            return time.perf_counter() - t0
+
+        async def run_bare_aio() -> float:
+            t0 = time.perf_counter()
+            await bare_aio.turn()
             return time.perf_counter() - t0
 
         async def run_ours() -> float:
@@ -227,7 +242,8 @@ async def main_async(args: argparse.Namespace) -> bool:
             await graph.turn()
             return time.perf_counter() - t0
 
-        variants = {"bare": run_bare, "ours": run_ours, "ours/ws": run_ws, "langgraph": run_graph}
+        variants = {"bare": run_bare, "bare/aio": run_bare_aio, "ours": run_ours, "ours/ws": run_ws,
+                    "langgraph": run_graph}
         order = list(variants)
         rng = random.Random(1)
         for i in range(args.warmup + args.iterations):
@@ -253,6 +269,12 @@ async def main_async(args: argparse.Namespace) -> bool:
         print(f"  of ours: waiting for the store writer's final flush, median {ms(median(flushes))}")
         print("  ours/ws includes the WebSocket hop, the event log in SQLite and the client's frame parsing; "
               "LangGraph has no such layer")
+        # Our server's model calls go through aiohttp, the bare calls and LangGraph's through
+        # httpx: against bare/aio the HTTP client's share of the difference is taken out.
+        aio = {name: med[name] - med["bare/aio"] for name in ("ours", "ours/ws", "langgraph")}
+        print(f"  against bare/aio (the same HTTP client as ours): ours {ms(aio['ours'])}, ours/ws "
+              f"{ms(aio['ours/ws'])}, langgraph {ms(aio['langgraph'])}; ratios in-process "
+              f"{aio['ours'] / aio['langgraph']:.3f}, WebSocket {aio['ours/ws'] / aio['langgraph']:.3f} (not judged)")
         passed = verdict("per-turn overhead ours(in-process)/LangGraph", over["ours"] / over["langgraph"], TARGET,
                          higher_is_better=False)
         passed = verdict("per-turn overhead ours(WebSocket)/LangGraph", over["ours/ws"] / over["langgraph"], TARGET,
@@ -263,6 +285,9 @@ async def main_async(args: argparse.Namespace) -> bool:
     finally:
         if server is not None:
             server.stop()
+        for client in (bare, bare_aio):
+            if client is not None:
+                await client.close()
         await ours.close()
         fake.stop()
         tmp.cleanup()

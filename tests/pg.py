@@ -65,8 +65,27 @@ def isolated_database() -> Iterator[str]:
     try:
         yield schema_url(schema)
     finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        _drop(base, schema)
+
+
+# Backends holding locks in a schema: a killed server's connection that PostgreSQL has not
+# noticed is gone yet, or a child server still closing, can deadlock with the DROP.
+_HOLDERS = """SELECT DISTINCT l.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND l.pid <> pg_backend_pid()"""
+
+
+def _drop(base: str, schema: str, attempts: int = 5) -> None:
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '3s'")
+        for attempt in range(attempts):
+            try:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+                return
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+                if attempt == attempts - 1:
+                    raise
+                for (pid,) in conn.execute(_HOLDERS, (schema,)).fetchall():
+                    conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
 
 
 def query(url: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -94,6 +94,9 @@ class AnthropicClient:
             base_url=settings.anthropic_base_url,
             max_retries=settings.llm_max_retries,
             timeout=settings.llm_timeout,
+            # aiohttp's C parser instead of httpx's pure-Python h11: a fourth less CPU per
+            # model call, which every stream and every turn of a busy server pays.
+            http_client=anthropic.DefaultAioHttpClient(),
             **_no_sdk_spans(),
         )
         self.configured = bool(settings.anthropic_api_key)
