@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from chat_agent.config import Settings
@@ -136,4 +138,20 @@ async def test_refusal_detail_comes_from_stop_details(fake_anthropic):
     reply = (await collect(model))[-1]
     assert (reply.stop_reason, reply.stop_detail, reply.content) == ("refusal", details["explanation"], [])
     assert (await model.call(request())).stop_detail is None
+    await model.close()
+
+
+async def test_pooled_connections_are_let_go_before_a_5s_keepalive_server_closes_them(fake_anthropic):
+    """The fake runs on uvicorn, which closes a connection idle for 5 s (as do Node and most
+    proxies in front of a model API). A connection reused just before that, by the client's
+    clock, meets a server that already closed it: "Server disconnected", with no retry here."""
+    model = client(fake_anthropic)
+
+    async def burst() -> list[BaseException | ModelReply]:
+        return await asyncio.gather(*(model.call(request()) for _ in range(50)), return_exceptions=True)
+
+    assert all(isinstance(r, ModelReply) for r in await burst())
+    await asyncio.sleep(4.95)
+    failed = [r for r in await burst() if not isinstance(r, ModelReply)]
+    assert failed == []
     await model.close()

@@ -39,6 +39,25 @@ async def test_a_small_batch_commits_inline_and_is_read_back(tmp_path: Path) -> 
         assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == [1, 2, 3]
 
 
+async def test_a_many_row_batch_commits_inline_when_the_loop_is_busy_and_on_the_thread_when_not(
+        tmp_path: Path) -> None:
+    """A busy loop holds the GIL most of the time: a thread doing sqlite3's steps would wait
+    for it at every one, so the writer says `busy` and the batch is written inline."""
+    async with SqliteStore(tmp_path / "chat.db") as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0)])
+        for busy, start in ((False, 1), (True, 201)):
+            commit = asyncio.ensure_future(store.apply([_events(start, 200)], busy=busy))
+            await asyncio.sleep(0)
+            assert commit.done() is busy
+            await commit
+        assert (await store.get_conversation(ALICE, "c1")).last_seq == 400
+        big = "y" * 2_000_000  # a big write stays off the loop all the same
+        commit = asyncio.ensure_future(store.apply([_events(401, 1, big)], busy=True))
+        await asyncio.sleep(0)
+        assert not commit.done()
+        await commit
+
+
 async def test_a_locked_database_is_waited_for_off_the_event_loop(tmp_path: Path) -> None:
     path = tmp_path / "chat.db"
     async with SqliteStore(path) as store:

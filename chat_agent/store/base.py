@@ -77,13 +77,14 @@ class Store(ABC):
         """Release the connection; safe to call twice."""
 
     @abstractmethod
-    async def apply(self, ops: Sequence[Op], fences: Fences | None = None) -> None:
+    async def apply(self, ops: Sequence[Op], fences: Fences | None = None, *, busy: bool = False) -> None:
         """Apply `ops` in order in one transaction: all of them or none (`ConstraintError`).
 
         `fences` maps conversation ids to the `(instance, epoch)` of the lease the writer
         holds: in the same transaction, each one's lease row must still be exactly that
         (expiry is not checked: only a takeover fences out), else nothing is applied and
-        `FencedOut` names those that failed."""
+        `FencedOut` names those that failed. `busy` says the event loop is busy: a store
+        that would hand the work to a thread may do it on the loop instead."""
 
     @abstractmethod
     async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:

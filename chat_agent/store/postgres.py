@@ -141,7 +141,7 @@ class PostgresStore(Store):
         async with self._pool.connection() as conn:
             yield conn
 
-    async def apply(self, ops: Sequence[Op], fences: Fences | None = None) -> None:
+    async def apply(self, ops: Sequence[Op], fences: Fences | None = None, *, busy: bool = False) -> None:
         steps = writes.plan(ops)
         if not steps:
             return

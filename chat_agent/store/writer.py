@@ -155,6 +155,8 @@ class StoreWriter:
         self._closing = False
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
+        self._asked_at = 0.0  # when the pending commit was first asked for (perf_counter)
+        self._busy = False  # whether the event loop was found busy before this batch
         # Told (synchronously, from the writer's task) which scope lost writes.
         self.on_lost: Callable[[str], None] = lambda scope: None
 
@@ -184,15 +186,21 @@ class StoreWriter:
                 self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope)))
         self._submitted += 1
         if on_commit is not None or done is not None:
-            self._wake.set()
+            self._ask()
         elif self._deferred is None:
             # Nobody is told of these ops (a turn's start, a history item): they join the
             # next commit, which a frame or a `wait_for` asks for, or commit DEFER seconds
             # from now. A turn's start (the turn record, the user's message) thus shares its
             # commit with the turn's first frames instead of taking one of its own: every
             # commit rewrites the conversation's hot pages, ~0.4 ms on the event loop.
-            self._deferred = asyncio.get_running_loop().call_later(DEFER, self._wake.set)
+            self._deferred = asyncio.get_running_loop().call_later(DEFER, self._ask)
         return self._submitted
+
+    def _ask(self) -> None:
+        """Wakes the writer for a commit."""
+        if not self._wake.is_set():
+            self._asked_at = time.perf_counter()
+            self._wake.set()
 
     def fence(self, scope: str, instance: str, epoch: int) -> None:
         """Every later submit of `scope` (a conversation id) is applied only while its lease
@@ -220,7 +228,7 @@ class StoreWriter:
         committed, or lost and reported to `on_lost`."""
         if ticket <= self._processed:
             return
-        self._wake.set()  # someone waits: no deferring
+        self._ask()  # someone waits: no deferring
         future = asyncio.get_running_loop().create_future()
         self._waiters.append((ticket, future))
         await future
@@ -241,7 +249,11 @@ class StoreWriter:
     async def _run(self) -> None:
         while True:
             await self._wake.wait()
-            await self._settle()
+            # A loop so busy that waking up took longer than settling may: what settling
+            # would gather has queued meanwhile, and one more turn of such a loop would hold
+            # every frame of the batch back by as long again. The store is told too (see
+            # SqliteStore: a thread would wait on the GIL behind the loop).
+            self._busy = time.perf_counter() - self._asked_at >= SETTLE_MAX or not await self._settle()
             self._wake.clear()
             if self._deferred is not None:
                 self._deferred.cancel()
@@ -254,7 +266,7 @@ class StoreWriter:
             self._processed = ticket
             self._release(ticket)
 
-    async def _settle(self) -> None:
+    async def _settle(self) -> bool:
         """Lets the event loop run until it has nothing else to do before a commit. What a
         turn does next without waiting on the network joins this commit instead of taking
         one more: the last text, `context_update` and `done` of a step, and also a tool
@@ -263,16 +275,18 @@ class StoreWriter:
         steps, where it would hold the turn up (measured on a one-tool turn: 2 commits
         instead of 4, and ~1.5 ms less from `message` to `done`). Under load the batch
         fills up (SETTLED), or a turn of the loop alone takes SETTLE_MAX: then no more
-        turns are waited for than before (one), which would hold every frame back."""
+        turns are waited for than before (one), which would hold every frame back.
+        False when the loop was found busy."""
         started = time.perf_counter()
         await asyncio.sleep(0)
         while len(self._queue) < SETTLED:
             before = time.perf_counter()
             if before - started > SETTLE_MAX:
-                return  # a busy loop, where one more turn could take long: commit now
+                return False  # a busy loop, where one more turn could take long: commit now
             await asyncio.sleep(0)
             if time.perf_counter() - before < IDLE_PASS:
-                return
+                return True
+        return True
 
     async def _commit(self, batch: list[_Submission]) -> None:
         """Writes the submissions and runs their callbacks (those stored) in order."""
@@ -328,7 +342,8 @@ class StoreWriter:
             if submission.fence is not None:
                 fences.setdefault(submission.scope, submission.fence)
         try:
-            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None)
+            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None,
+                                    busy=self._busy)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
