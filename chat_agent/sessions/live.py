@@ -86,7 +86,8 @@ class LiveConversation:
         # Told when the turn is over and the history let go: the conversation could go elsewhere.
         self.on_idle: Callable[[], None] = lambda: None
         # Following another instance's turn: frames not delivered yet, the gap being read, the turn.
-        self._incoming: deque[Committed] = deque()
+        # Made when frames come (several instances) and dropped once drained: ~760 bytes.
+        self._incoming: deque[Committed] | None = None
         self._gap: asyncio.Task[None] | None = None
         self._remote_turn: str | None = None
 
@@ -310,7 +311,7 @@ class LiveConversation:
         self._seq = record.last_seq
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
-        self._incoming.clear()
+        self._incoming = None
         self._remote_turn = None
 
     def recovered(self) -> None:
@@ -331,6 +332,8 @@ class LiveConversation:
         `running`: whether the owner runs a turn, when known otherwise (on opening)."""
         if running is not None:
             self._remote_turn = "?" if running else None
+        if self._incoming is None:
+            self._incoming = deque()
         self._incoming.extend(frames)
         if self._gap is None:
             self._drain()
@@ -349,6 +352,7 @@ class LiveConversation:
             self._incoming.popleft()
             if seq == self._seq + 1:
                 self._follow_one(seq, turn_id, kind, text)
+        self._incoming = None
 
     def _follow_one(self, seq: int, turn_id: str | None, kind: str, text: str) -> None:
         self._seq = seq

@@ -35,6 +35,34 @@ class _Replay:
     after_seq: int
 
 
+class _Wake:
+    """asyncio.Event for the one task that waits on it (the sender), without the deque an
+    Event allocates for its waiters: ~760 bytes, held by every idle socket."""
+
+    __slots__ = ("_set", "_waiter")
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._set = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._set = False
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+
 class Connection:
     """A listener on one conversation. Frames queue here and one task writes them, so a slow
     socket never holds up the turn or other clients; `Backlogs` bounds what may queue."""
@@ -44,8 +72,9 @@ class Connection:
         self.hub = hub
         self.owner = owner
         self.live: LiveConversation | None = None
-        self._out: deque[tuple[int | None, str, int] | _Replay] = deque()
-        self._wake = asyncio.Event()
+        # Made when something is queued and dropped once sent: an empty deque is ~760 bytes.
+        self._out: deque[tuple[int | None, str, int] | _Replay] | None = None
+        self._wake = _Wake()
         self._last_seq = 0
         self._backlogs = backlogs
         self._sender: asyncio.Task[None] | None = None
@@ -63,7 +92,7 @@ class Connection:
             self._wake.set()
 
     def drop_behind(self, queued: int) -> None:
-        self._out.clear()
+        self._out = None
         self.close(CLOSE_TRY_AGAIN)
         if self._sender is not None:
             self._sender.cancel()  # it may be stuck writing to a client that does not read
@@ -131,6 +160,7 @@ class Connection:
                         continue  # already in the snapshot or a replay
                     self._last_seq = seq
                 await self.ws.send_text(text)
+            self._out = None
             if self._closing is not None:
                 return
 
@@ -204,7 +234,7 @@ class Connection:
                 if self._closing is None:
                     # Ahead of live frames queued meanwhile: the replay reads them from the log
                     # too (they are committed), in order, and they are skipped once sent.
-                    self._out.appendleft(_Replay(after_seq))
+                    self._outbox().appendleft(_Replay(after_seq))
                     self._wake.set()
             case PingIn():
                 self._send_local(Pong(conversation_id=live.id).to_json())
@@ -216,12 +246,17 @@ class Connection:
     def _send_local(self, text: str) -> None:
         self._queue(None, text)
 
+    def _outbox(self) -> deque[tuple[int | None, str, int] | _Replay]:
+        if self._out is None:
+            self._out = deque()
+        return self._out
+
     def _queue(self, seq: int | None, text: str) -> None:
         if self._closing is not None:
             return  # on its way out: nothing more is sent
         # What the string really holds in memory (1, 2 or 4 bytes a character), in O(1).
         size = sys.getsizeof(text)
-        self._out.append((seq, text, size))
+        self._outbox().append((seq, text, size))
         self._wake.set()
         self._backlogs.add(self, size)  # last: it may drop this connection, or another
 
