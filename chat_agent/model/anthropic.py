@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import logging
 from typing import Any, AsyncIterator
@@ -12,13 +11,13 @@ import httpx2
 
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
+from chat_agent.model.fair import FairShare
 from chat_agent.model.retry import retry_unstarted
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 from chat_agent.tracing import ModelSpan, model_span
 
 log = logging.getLogger(__name__)
 
-FAIR_SLICE = 0.005  # seconds one stream may run before letting other tasks in
 # The SDK's pool, but idle connections are let go after 4 s instead of 5: servers that keep
 # them 5 s (uvicorn, Node: most proxies in front of a model API) close theirs a little
 # before the client's clock says so, and a request sent on one then fails with "Server
@@ -123,24 +122,18 @@ class AnthropicClient:
                                backoff=self._backoff)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        loop = asyncio.get_running_loop()
         accumulator = ReplyAccumulator()
         with model_span(request.model, request.max_tokens, stream=True, server=self._server) as span:
             try:
                 # The raw events, so that one tool call with broken JSON does not end the stream
                 # (the SDK's MessageStream raises there); the SDK still accumulates the message.
                 async with await self._client.messages.create(**request.params(), stream=True) as events:
-                    pause_at = loop.time() + FAIR_SLICE
+                    fair = FairShare()
                     async for event in events:
                         span.first_chunk()
                         for item in accumulator.feed(event):
                             yield item
-                        if loop.time() >= pause_at:
-                            # With data already buffered the SDK never awaits anything real, so a
-                            # fast stream would hold the event loop (and every other client,
-                            # and abort) for as long as it lasts.
-                            await asyncio.sleep(0)
-                            pause_at = loop.time() + FAIR_SLICE
+                        await fair.take_turns()
                 reply = accumulator.reply()
             except Exception as exc:  # cancellation is a BaseException and passes through
                 raise _failed(span, exc) from exc

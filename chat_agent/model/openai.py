@@ -8,13 +8,13 @@ answered. What the provider cannot do is said in the reply's `notes` (thinking).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, AsyncIterator
 
 import openai
 
 from chat_agent.config import Settings
+from chat_agent.model.fair import FairShare
 from chat_agent.model.openai_messages import chat_params
 from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
 from chat_agent.model.retry import retry_unstarted
@@ -24,7 +24,6 @@ from chat_agent.tracing import ModelSpan, model_span
 log = logging.getLogger(__name__)
 
 PROVIDER = "openai"
-FAIR_SLICE = 0.005  # seconds one stream may run before letting other tasks in (as the Anthropic client)
 THINKING_OFF = "Thinking is not available on {model} (an OpenAI-compatible model); it answered without it."
 NO_KEY = "The server has no OPENAI_API_KEY, so it cannot reach {model}."
 # OpenAI's own API wants max_completion_tokens (its reasoning models refuse max_tokens);
@@ -121,7 +120,6 @@ class OpenAIClient:
         return chat_params(request, max_tokens_field=self._max_tokens)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        loop = asyncio.get_running_loop()
         chunks = ChunkAccumulator()
         params = self._params(request)
         with model_span(request.model, params[self._max_tokens], stream=True, server=self._server,
@@ -132,16 +130,12 @@ class OpenAIClient:
                                                                      stream_options={"include_usage": True})
                 started = True
                 async with stream:  # closing it (abort) closes the HTTP response
-                    pause_at = loop.time() + FAIR_SLICE
+                    fair = FairShare()
                     async for chunk in stream:
                         span.first_chunk()
                         for item in chunks.feed(chunk):
                             yield item
-                        if loop.time() >= pause_at:
-                            # Buffered chunks need no real await: a fast stream would hold the
-                            # event loop (every other client, and abort) for as long as it lasts.
-                            await asyncio.sleep(0)
-                            pause_at = loop.time() + FAIR_SLICE
+                        await fair.take_turns()
                 if chunks.finish is None:
                     raise _Unfinished()
                 reply = self._noted(request, chunks.reply(), thought=chunks.thought)
