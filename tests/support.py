@@ -127,5 +127,15 @@ async def send(ws: Any, **frame: Any) -> None:
     await ws.send(json.dumps(frame))
 
 
+async def polled(check: Any, timeout: float) -> Any:
+    """What `check()` returns once it is truthy, asked every 50 ms; fails after `timeout` s."""
+    import asyncio
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+    return found
+
+
 def text_of(frames: list[dict]) -> str:
     return "".join(f["content"] for f in frames if f["type"] == "content_chunk")

@@ -20,7 +20,7 @@ from PIL import Image
 from tests.conftest import server_env
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.mcp_servers import DEMO, HttpDemo
-from tests.support import ServerProcess, connect, send, text_of, until
+from tests.support import ServerProcess, connect, polled, send, text_of, until
 
 HERE = Path(__file__).parent
 MODULE = "tests.tool_plugins.configured"
@@ -28,14 +28,6 @@ MODULE = "tests.tool_plugins.configured"
 
 def events(record: Path) -> list[dict]:
     return [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
-
-
-async def wait_for(check, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +117,7 @@ async def test_abort_cancels_mcp_calls_on_the_servers_and_a_sync_tool(mcp_setup,
     before = {name: slow_started(name) for name in ("demo", "web")}
     fake_anthropic.enqueue(Reply(calls))
     await send(ws, type="message", content="Take your time")
-    await wait_for(lambda: all(slow_started(name) > before[name] for name in before))
+    await polled(lambda: all(slow_started(name) > before[name] for name in before), timeout=15)
     started = time.monotonic()
     await send(ws, type="abort")
     frames = await until(ws, "done", timeout=10)
@@ -134,7 +126,7 @@ async def test_abort_cancels_mcp_calls_on_the_servers_and_a_sync_tool(mcp_setup,
     ends = {f["toolId"]: f for f in frames if f["type"] == "tool_end"}
     assert set(ends) == {"toolu_a", "toolu_b", "toolu_c"} and all(e["isError"] for e in ends.values())
     for name in ("demo", "web"):  # the MCP cancellation reached each server, which stopped the work
-        await wait_for(lambda: events(where / f"{name}.jsonl")[-1]["event"] == "slow_cancelled", timeout=10)
+        await polled(lambda: events(where / f"{name}.jsonl")[-1]["event"] == "slow_cancelled", timeout=10)
     # The history is whole: the next turn works and the model saw the cancelled results.
     fake_anthropic.enqueue(Reply([ToolUse("demo__echo", {"text": "still here"}, id="toolu_e")]), Reply("Fine."))
     frames = await turn(ws, "Again")

@@ -5,20 +5,12 @@ come back when it does, and closing leaves nothing running."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from chat_agent.tooling import ToolRegistry
 from chat_agent.tooling.mcp.config import HttpServer
 from chat_agent.tooling.mcp.servers import McpServers
 from tests.mcp_servers import HttpDemo
-
-
-async def until(check, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-    return found
+from tests.support import polled
 
 
 def shown(registry: ToolRegistry, name: str):
@@ -33,11 +25,11 @@ async def test_an_idle_server_that_dies_is_noticed_and_comes_back(tmp_path):
         await registry.start()
         assert shown(registry, "web__echo").enabled and "web__*" not in [a.name for a in registry.availability()]
         web.kill()
-        down = await until(lambda: (a := shown(registry, "web__echo")) and not a.enabled and a)
+        down = await polled(lambda: (a := shown(registry, "web__echo")) and not a.enabled and a, timeout=20)
         assert down.reason.startswith("MCP server web is down:")
         assert "web__echo" not in registry.enabled()  # not offered to the model meanwhile
         web.start()
-        await until(lambda: shown(registry, "web__echo").enabled)
+        await polled(lambda: shown(registry, "web__echo").enabled, timeout=20)
         result = await registry.run("toolu_1", "web__echo", {"text": "hi"}, conversation_id="c", owner="o",
                                     on_progress=lambda *_: None)
         assert result.content == [{"type": "text", "text": "echo: hi"}] and not result.is_error
