@@ -47,6 +47,13 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ConfigError(f"{name} must be a number, got {raw!r}") from None
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _float(env, name, default)
+    if not value > 0:  # NaN too
+        raise ConfigError(f"{name} must be a positive number of seconds, got {value}")
+    return value
+
+
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
 
@@ -163,6 +170,10 @@ class Settings:
     reflection_delay: float = 300.0
     llm_max_retries: int = 2
     llm_timeout: float = 600.0
+    # A model call that sends nothing for this long (before its first piece or between two) is
+    # given up; while it has sent nothing yet, clients get `status` every `status_interval` s.
+    model_idle_timeout: float = 120.0
+    status_interval: float = 5.0
     exa_api_key: str | None = None
     exa_base_url: str | None = None
     tool_timeout: float = 120.0
@@ -265,6 +276,7 @@ class Settings:
             reflection_delay=_float(env, "CHAT_AGENT_REFLECTION_DELAY", 300.0),
             llm_max_retries=_int(env, "CHAT_AGENT_LLM_MAX_RETRIES", 2),
             llm_timeout=_float(env, "CHAT_AGENT_LLM_TIMEOUT", 600.0),
+            model_idle_timeout=_seconds(env, "CHAT_AGENT_MODEL_IDLE_TIMEOUT", 120.0),
             exa_api_key=env.get("EXA_API_KEY") or None,
             exa_base_url=env.get("EXA_BASE_URL") or None,
             tool_timeout=_float(env, "CHAT_AGENT_TOOL_TIMEOUT", 120.0),

@@ -16,8 +16,8 @@ from pydantic.json_schema import GenerateJsonSchema
 from chat_agent import edits
 
 PROTOCOL_VERSION = 1
-# The 1.1 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui")
+# The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -395,6 +395,22 @@ class ErrorFrame(ServerFrame):
     message: str
 
 
+StatusState = Literal["waiting_model", "retrying", "store_unavailable", "resuming"]
+
+
+class StatusFrame(ServerFrame):
+    """PROTOCOL 1.2 "Live status": what a turn waits on while its clients would otherwise see
+    silence (no byte from the model yet, a model call tried again...). Informational: outside
+    the event log (no `seq`), never stored, never replayed; the next one replaces it."""
+
+    seq_sent: ClassVar[SeqSent] = "never"
+    type: Literal["status"] = "status"
+    message_id: str | None = Field(default=None, exclude_if=_omit_none)  # the reply it is about
+    state: StatusState
+    detail: str  # for people: why, and which attempt when retrying
+    elapsed: float  # seconds since the turn began waiting on it
+
+
 class Pong(ServerFrame):
     seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
@@ -402,7 +418,8 @@ class Pong(ServerFrame):
 
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
-          ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame, Pong],
+          ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
+          StatusFrame, Pong],
     Field(discriminator="type"),
 ]
 

@@ -103,9 +103,13 @@ async def connect(server: ServerProcess, conversation_id: str | None = None, tok
     return ws, first
 
 
-async def recv(ws: Any, timeout: float = 10.0, skip: tuple[str, ...] = ("title",)) -> dict:
-    """The next frame, passing over `title` frames: a background job sends one after the
-    first exchange, at a moment no test should depend on (tests of titles wait for it)."""
+PASSING = ("title", "status")
+
+
+async def recv(ws: Any, timeout: float = 10.0, skip: tuple[str, ...] = PASSING) -> dict:
+    """The next frame, passing over `title` and `status` frames: a background job sends a
+    title after the first exchange, and a model slow to answer (a busy machine) brings a
+    status, at moments no test should depend on (tests of them ask for them)."""
     import asyncio
     while True:
         frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
@@ -113,11 +117,11 @@ async def recv(ws: Any, timeout: float = 10.0, skip: tuple[str, ...] = ("title",
             return frame
 
 
-async def until(ws: Any, frame_type: str, timeout: float = 15.0) -> list[dict]:
-    """Every frame up to and including the first of `frame_type` (titles passed over)."""
+async def until(ws: Any, frame_type: str, timeout: float = 15.0, skip: tuple[str, ...] = PASSING) -> list[dict]:
+    """Every frame up to and including the first of `frame_type` (titles and status passed over)."""
     frames = []
     while True:
-        frame = await recv(ws, timeout, skip=tuple(t for t in ("title",) if t != frame_type))
+        frame = await recv(ws, timeout, skip=tuple(t for t in skip if t != frame_type))
         frames.append(frame)
         if frame["type"] == frame_type:
             return frames

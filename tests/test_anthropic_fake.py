@@ -484,6 +484,25 @@ async def test_hanging_stream_waits_for_the_client_to_leave(fake, client) -> Non
     assert time.monotonic() - started < 2
 
 
+async def test_a_lead_delay_is_silence_headers_included(fake) -> None:
+    """A model that took the request and says nothing yet: not even the stream's headers
+    come before `lead_delay`; then the reply streams as usual."""
+    fake.enqueue(Reply("late", lead_delay=0.5))
+    async with httpx.AsyncClient(base_url=fake.base_url, verify=False) as http:
+        started = time.monotonic()
+        async with http.stream("POST", "/v1/messages", json=request(stream=True), headers=HEADERS) as response:
+            headers_after = time.monotonic() - started
+            body = (await response.aread()).decode()
+    assert response.status_code == 200 and 0.5 <= headers_after < 3
+    assert '"text":"late"' in body and "message_stop" in body
+    fake.enqueue(Reply("late", lead_delay=30))
+    with pytest.raises(httpx.ReadTimeout):  # nothing at all arrives: the client's read times out
+        async with httpx.AsyncClient(base_url=fake.base_url, verify=False, timeout=0.3) as http:
+            await http.post("/v1/messages", json=request(stream=True), headers=HEADERS)
+    record = await finished(fake.requests[1])
+    assert record.disconnected and record.status is None
+
+
 async def test_non_streaming_hang_notices_the_client_timing_out(fake) -> None:
     fake.enqueue(Fault.hang(after_events=0))
     impatient = sdk(fake.base_url).with_options(timeout=0.2)

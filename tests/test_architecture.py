@@ -264,3 +264,47 @@ def test_the_checker_sees_every_kind_of_violation(tmp_path: Path):
         "tools.sub imports chat_agent.gone (a tool may import only chat_agent.tooling)"]
     assert found["every import of ours resolves"] == [
         "tools/sub/__init__.py:1: tools.sub imports chat_agent.gone, which is no module here"]
+
+
+# ---- the sessions core: callbacks are given at construction, and the hub only composes ------------
+
+HUB = ROOT / "chat_agent" / "sessions" / "hub.py"
+HUB_LINES = 250
+WIRED_AT_CONSTRUCTION = ("chat_agent/sessions", "chat_agent/store/writer.py", "chat_agent/canvas/artifact.py")
+
+
+def late_callbacks(root: Path, sources=WIRED_AT_CONSTRUCTION) -> list[str]:
+    """Attributes that get a function after their object was made: a lambda assigned to an
+    attribute outside `__init__`, or any `on_…` attribute assigned on another object."""
+    found = []
+    for file in find_modules(root, sources).values():
+        tree = ast.parse((root / file).read_text(encoding="utf-8"))
+        for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+            for node in ast.walk(function):
+                if not isinstance(node, ast.Assign):
+                    continue
+                for target in node.targets:
+                    if not isinstance(target, ast.Attribute):
+                        continue
+                    on_other = not (isinstance(target.value, ast.Name) and target.value.id == "self")
+                    late = function.name != "__init__" and isinstance(node.value, ast.Lambda)
+                    if late or (on_other and target.attr.startswith("on_")):
+                        found.append(f"{file}:{node.lineno}: {ast.unparse(target)} = {ast.unparse(node.value)}")
+    return found
+
+
+def test_no_callback_is_wired_after_construction():
+    assert late_callbacks(ROOT) == []
+
+
+def test_the_checker_sees_a_late_callback(tmp_path: Path):
+    _write(tmp_path, {"chat_agent/sessions/x.py": "class A:\n    def __init__(self, b):\n        self.f = lambda: 1\n"
+                                                  "        b.on_lost = self.g\n    def wire(self):\n"
+                                                  "        self.h = lambda: 2\n"})
+    assert late_callbacks(tmp_path, ("chat_agent/sessions",)) == [
+        "chat_agent/sessions/x.py:4: b.on_lost = self.g", "chat_agent/sessions/x.py:6: self.h = lambda: 2"]
+
+
+def test_the_hub_only_composes():
+    lines = len(HUB.read_text(encoding="utf-8").splitlines())
+    assert lines <= HUB_LINES, f"sessions/hub.py has {lines} lines; it composes, it does not do the work"

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import pytest
 import pytest_asyncio
 
-from chat_agent.sessions.bus import Bus, Handlers, PostgresBus, RedisBus, namespace_of
+from chat_agent.sessions.bus import Bus, PostgresBus, RedisBus, namespace_of
+from chat_agent.sessions.messages import Answer, Command, Frames, Resync
 
 PG_URL = os.environ.get("CHAT_AGENT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("CHAT_AGENT_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -57,28 +58,27 @@ async def _service_or_skip(kind: str) -> None:
 
 
 class Inbox:
-    def __init__(self) -> None:
+    """What one bus received, read from its `inbox` as the server reads it."""
+
+    def __init__(self, bus: Bus) -> None:
         self.frames: list[tuple[str, list]] = []
-        self.direct: list[dict] = []
+        self.direct: list = []
         self.senders: set[str] = set()
         self.resyncs = 0
         self.changed = asyncio.Event()
+        self.reader = asyncio.get_running_loop().create_task(self._read(bus))
 
-    def handlers(self) -> Handlers:
-        def frames(cid: str, got: list, instance: str) -> None:
-            self.frames.append((cid, got))
-            self.senders.add(instance)
+    async def _read(self, bus: Bus) -> None:
+        while True:
+            message = await bus.inbox.get()
+            if isinstance(message, Frames):
+                self.frames.append((message.conversation, message.frames))
+                self.senders.add(message.instance)
+            elif isinstance(message, Resync):
+                self.resyncs += 1
+            else:
+                self.direct.append(message)
             self.changed.set()
-
-        def direct(message: dict) -> None:
-            self.direct.append(message)
-            self.changed.set()
-
-        def resync() -> None:
-            self.resyncs += 1
-            self.changed.set()
-
-        return Handlers(frames=frames, direct=direct, resync=resync)
 
     async def until(self, check, timeout: float = 10.0) -> None:
         async def wait() -> None:
@@ -96,6 +96,7 @@ async def make_bus(request) -> AsyncIterator:
     kind = request.param
     await _service_or_skip(kind)
     buses: list[Bus] = []
+    inboxes: list[Inbox] = []
     schemas: list[str] = []
     deployment = uuid.uuid4().hex
 
@@ -108,13 +109,16 @@ async def make_bus(request) -> AsyncIterator:
         else:
             name = deployment + ("-other" if other_deployment else "")
             bus = RedisBus(instance, REDIS_URL, namespace_of(name))
-        inbox = Inbox()
-        await bus.start(inbox.handlers())
+        await bus.start()
+        inbox = Inbox(bus)
         buses.append(bus)
+        inboxes.append(inbox)
         return bus, inbox
 
     make.kind = kind  # type: ignore[attr-defined]
     yield make
+    for inbox in inboxes:
+        inbox.reader.cancel()
     for bus in buses:
         await bus.close()
     for schema in schemas:
@@ -129,10 +133,10 @@ async def test_frames_reach_every_instance_in_order_and_whole(make_bus) -> None:
     texts = {seq: f'{{"type":"content_chunk","seq":{seq},"content":"{big if seq == 7 else seq}"}}'
              for seq in range(1, 41)}
     for seq, text in texts.items():
-        a.publish("conv1", seq, "turn1", "content_chunk", text)
+        a.publish("conv1", (seq, "turn1", "content_chunk", text))
         if seq % 5 == 0:
             await asyncio.sleep(0)  # several flushes, not one
-    a.publish("conv2", 1, None, "title", '{"type":"title"}')
+    a.publish("conv2", (1, None, "title", '{"type":"title"}'))
     for inbox in (inbox_b, inbox_c):
         await inbox.until(lambda inbox=inbox: len(inbox.seqs("conv1")) == 40 and inbox.seqs("conv2") == [1])
         assert inbox.seqs("conv1") == list(range(1, 41))
@@ -147,9 +151,11 @@ async def test_direct_messages_reach_only_their_instance(make_bus) -> None:
     _, inbox_b = await make_bus("b" * 16)
     _, inbox_c = await make_bus("c" * 16)
     long_edit = "x" * 50_000
-    await a.send("b" * 16, {"k": "cmd", "id": "r1", "frame": {"type": "edit_artifact", "content": long_edit}})
+    command = Command(id="r1", sender="a" * 16, conversation="conv1", user="alice",
+                      frame={"type": "edit_artifact", "content": long_edit})
+    await a.send("b" * 16, command)
     await inbox_b.until(lambda: len(inbox_b.direct) == 1)
-    assert inbox_b.direct == [{"k": "cmd", "id": "r1", "frame": {"type": "edit_artifact", "content": long_edit}}]
+    assert inbox_b.direct == [command]
     await asyncio.sleep(0.2)
     assert inbox_c.direct == [] and inbox_a.direct == []
 
@@ -158,8 +164,8 @@ async def test_another_deployment_hears_nothing(make_bus) -> None:
     a, _ = await make_bus("a" * 16)
     _, inbox_b = await make_bus("b" * 16)
     _, stranger = await make_bus("b" * 16, other_deployment=True)  # even with the same instance id
-    a.publish("conv1", 1, None, "title", "{}")
-    await a.send("b" * 16, {"k": "reply", "id": "r1"})
+    a.publish("conv1", (1, None, "title", "{}"))
+    await a.send("b" * 16, Answer(id="r1", status="ok"))
     await inbox_b.until(lambda: inbox_b.seqs("conv1") == [1] and len(inbox_b.direct) == 1)
     await asyncio.sleep(0.3)
     assert stranger.frames == [] and stranger.direct == []
@@ -168,11 +174,11 @@ async def test_another_deployment_hears_nothing(make_bus) -> None:
 async def test_a_lost_listener_comes_back_and_asks_for_a_resync(make_bus) -> None:
     a, _ = await make_bus("a" * 16)
     b, inbox_b = await make_bus("b" * 16)
-    a.publish("conv1", 1, None, "title", "{}")
+    a.publish("conv1", (1, None, "title", "{}"))
     await inbox_b.until(lambda: inbox_b.seqs("conv1") == [1])
     await _kill_listeners(make_bus.kind, b)
     await inbox_b.until(lambda: inbox_b.resyncs == 1)
-    a.publish("conv1", 2, None, "title", "{}")
+    a.publish("conv1", (2, None, "title", "{}"))
     await inbox_b.until(lambda: 2 in inbox_b.seqs("conv1"))
 
 

@@ -124,6 +124,19 @@ def test_progress_is_not_drawn_off_a_terminal() -> None:
     assert renderer.render(frame("artifact_chunk", 2, toolId="t1", content="abc")) == []
 
 
+def test_live_status_waits_in_place_and_a_retry_gets_a_line() -> None:
+    waiting = [frame("status", messageId="m1", state="waiting_model", detail="The model has not answered yet.",
+                     elapsed=e) for e in (5.01, 10.0)]
+    retry = frame("status", messageId="m1", state="retrying", elapsed=12.5,
+                  detail="The model API is overloaded (529); trying again in 0.5 s (attempt 2 of 3).")
+    pieces = render_all(TurnRenderer(PLAIN, live=True), [*waiting, retry, chunk("Hi.", 1)])
+    assert text_of(pieces) == (
+        "  … 5s The model has not answered yet." + CLEAR_LINE + "  … 10s The model has not answered yet."
+        + CLEAR_LINE + "↻ The model API is overloaded (529); trying again in 0.5 s (attempt 2 of 3).\nHi.")
+    off_terminal = render_all(TurnRenderer(PLAIN, live=False), [*waiting, retry])
+    assert text_of(off_terminal) == "↻ The model API is overloaded (529); trying again in 0.5 s (attempt 2 of 3).\n"
+
+
 def test_failed_tool_shows_a_cross_and_the_error() -> None:
     renderer = TurnRenderer(PLAIN)
     out = text_of(renderer.render(frame("tool_end", 1, toolId="t1", name="code_interpreter",

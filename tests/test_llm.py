@@ -12,9 +12,9 @@ from chat_agent.model import (AnthropicClient as ModelClient, LLMError, ModelRep
 from tests.fakes.anthropic_fake import Fault, Reply, Text, Thinking, ToolUse
 
 
-def client(fake, **kw) -> ModelClient:
-    settings = Settings(anthropic_api_key=fake.api_key, anthropic_base_url=fake.base_url, llm_max_retries=0)
-    return ModelClient(settings, backoff=0.01, **kw)
+def client(fake, retries: int = 2) -> ModelClient:
+    settings = Settings(anthropic_api_key=fake.api_key, anthropic_base_url=fake.base_url, llm_max_retries=retries)
+    return ModelClient(settings, backoff=0.01)
 
 
 def request() -> ModelRequest:
@@ -49,7 +49,7 @@ async def test_midstream_overload_before_output_is_retried_but_not_after(fake_an
 
 
 async def test_retries_are_bounded(fake_anthropic):
-    model = client(fake_anthropic, midstream_retries=2)
+    model = client(fake_anthropic, retries=2)
     before = len(fake_anthropic.requests)
     fake_anthropic.enqueue(*[Fault.midstream_error(after_events=1)] * 3)
     with pytest.raises(LLMError):
@@ -62,7 +62,7 @@ async def test_retries_are_bounded(fake_anthropic):
                                          (Fault.status(529), "llm_error"),
                                          (Fault.status(401, message="invalid x-api-key"), "llm_error")])
 async def test_status_errors(fake_anthropic, fault, code):
-    model = client(fake_anthropic)
+    model = client(fake_anthropic, retries=0)
     fake_anthropic.enqueue(fault)
     with pytest.raises(LLMError) as caught:
         await collect(model)

@@ -52,7 +52,7 @@ def ask(agent: Agent, conv: ConversationManager, text: str, **options: Any) -> T
     """Adds the user message as the sessions do, and the turn that answers it."""
     conv.add_user([{"type": "text", "text": text}])
     return Turn(owner=OWNER, conversation_id=CONV, model="claude-test", system="You are being tested.",
-                tools=agent.registry.schemas(), start=len(conv.messages) - 1, **options)
+                tools=agent.registry.schemas(), **options)
 
 
 async def drive(agent: Agent, conv: ConversationManager, turn: Turn) -> list[Event]:

@@ -58,8 +58,10 @@ def test_the_schema_is_one_draft_2020_12_document(schema):
     # what the server always sends is required; seq only where every such frame has it
     for name, definition in server.items():
         assert "conversationId" in definition["required"], name
-        assert ("seq" in definition["required"]) == (name not in ("ErrorFrame", "Pong")), name
-    assert "seq" not in server["Pong"]["properties"] and server["ErrorFrame"]["properties"]["seq"]["type"] == "integer"
+        assert ("seq" in definition["required"]) == (name not in ("ErrorFrame", "StatusFrame", "Pong")), name
+    assert "seq" not in server["Pong"]["properties"] and "seq" not in server["StatusFrame"]["properties"]
+    assert {"state", "detail", "elapsed"} <= set(server["StatusFrame"]["required"])
+    assert server["ErrorFrame"]["properties"]["seq"]["type"] == "integer"
     assert {"protocolVersion", "title", "artifact", "messages", "context", "tools", "running"} <= set(
         server["SessionFrame"]["required"])
     assert {"stopReason", "usage", "messageId"} <= set(server["Done"]["required"])

@@ -76,17 +76,20 @@ async def test_a_real_expiry_by_the_clock(store: Store) -> None:
     assert taken is not None and taken.epoch == 2
 
 
-async def test_renew_extends_only_the_instances_unexpired_leases(store: Store, backend: Backend) -> None:
-    for cid in ("c1", "c2", "c3"):
+async def test_renew_extends_the_instances_leases_it_still_has_expired_or_not(store: Store, backend: Backend) -> None:
+    for cid in ("c1", "c2", "c3", "c5", "c6"):
         await store.claim_lease(cid, "a", 5)
     await store.claim_lease("c4", "b", 5)
-    expire(backend, "c3")
-    renewed = await store.renew_leases("a", 100)
-    assert sorted(lease.conversation_id for lease in renewed) == ["c1", "c2"]
+    expire(backend, "c3")  # a was cut off from the database for a while; nobody took it meanwhile
+    expire(backend, "c5")
+    assert await store.claim_lease("c5", "b", 5) is not None  # ...this one b took meanwhile
+    renewed = await store.renew_leases("a", 100, ["c1", "c2", "c3", "c4", "c5"])  # not c6: not asked
+    assert sorted(lease.conversation_id for lease in renewed) == ["c1", "c2", "c3"]
     assert all(lease.instance == "a" and lease.epoch == 1 and lease.expires_at > time.time() + 90 for lease in renewed)
-    assert (await store.get_lease("c3")).expires_at < time.time()  # type: ignore[union-attr]  # not revived
     assert (await store.get_lease("c4")).expires_at < time.time() + 10  # type: ignore[union-attr]
-    assert await store.renew_leases("nobody", 100) == []
+    assert (await store.get_lease("c5")).instance == "b"  # type: ignore[union-attr]
+    assert (await store.get_lease("c6")).expires_at < time.time() + 10  # type: ignore[union-attr]
+    assert await store.renew_leases("nobody", 100, ["c1"]) == []
 
 
 async def test_release_frees_it_for_anyone_and_the_epoch_goes_on(store: Store) -> None:
@@ -97,7 +100,7 @@ async def test_release_frees_it_for_anyone_and_the_epoch_goes_on(store: Store) -
     assert await store.get_lease("c1") == lease
     await store.release_lease("c1", "a", lease.epoch)
     assert await store.get_lease("c1") is None and await store.expired_leases() == []
-    assert await store.renew_leases("a", TTL) == []
+    assert await store.renew_leases("a", TTL, ["c1"]) == []
     taken = await store.claim_lease("c1", "b", TTL)  # at once, no expiry to wait for
     assert taken is not None and (taken.instance, taken.epoch) == ("b", 2)  # never an epoch twice
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from chat_agent.model.types import TextDelta, ThinkingDelta
-from chat_agent.protocol import StopReason, Usage
+from chat_agent.protocol import ArtifactEdit, ArtifactFrame, StopReason, Usage
 
 
 @dataclass(slots=True)
@@ -17,6 +17,13 @@ class ArtifactDelta:
 
     tool_id: str
     text: str
+
+
+@dataclass(slots=True)
+class ArtifactChanged:
+    """A tool changed the canvas: what clients are told of it (`artifact` or `artifact_edit`)."""
+
+    frame: ArtifactFrame | ArtifactEdit
 
 
 @dataclass(slots=True)
@@ -56,6 +63,26 @@ class ContextChanged:
     tokens: int
     max_tokens: int
     summarized: bool = False
+    usage: Usage | None = None  # what the turn used so far, once a model call's reply is in the history
+
+
+@dataclass(slots=True)
+class ModelWaiting:
+    """A model call has sent nothing yet (`elapsed` seconds since it began); told at a steady
+    pace while that lasts, so that a silent model is not silence for the user."""
+
+    elapsed: float
+
+
+@dataclass(slots=True)
+class ModelRetrying:
+    """A model call failed before anything of it was shown and is tried again."""
+
+    attempt: int  # the attempt about to start: 2 for the first retry
+    attempts: int  # attempts at most
+    reason: str  # why, to follow "The model API ": "is overloaded (529)"
+    delay: float  # seconds before it starts
+    elapsed: float  # seconds since the call began
 
 
 @dataclass(slots=True)
@@ -73,5 +100,5 @@ class TurnFinished:
     detail: str | None = None  # a refusal's explanation, or what the provider could not do
 
 
-Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ToolStarted, ApprovalRequested, ToolProgressed, ToolEnded,
-              ContextChanged, TurnFailed, TurnFinished]
+Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ArtifactChanged, ToolStarted, ApprovalRequested, ToolProgressed,
+              ToolEnded, ContextChanged, ModelWaiting, ModelRetrying, TurnFailed, TurnFinished]

@@ -17,11 +17,12 @@ from typing import Any, AsyncIterator, Callable
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.agent.approval import ApprovalGate
-from chat_agent.agent.events import (ApprovalRequested, ArtifactDelta, ContextChanged, Event, ToolEnded,
+from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event, ToolEnded,
                                      ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 from chat_agent.agent.partial import FieldStream
+from chat_agent.agent.waiting import watched
 from chat_agent.context.prompting import cached_tools, with_breakpoint
 from chat_agent.context.summary import SYSTEM_PROMPT as SUMMARY_PROMPT
 from chat_agent.context.summary import window
@@ -60,8 +61,11 @@ class Agent:
             messages=[{"role": "user", "content": transcript}]))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Turn:
+    """What a turn asks of the loop, fixed before it starts; the loop keeps its own progress
+    (`_Progress`) and reports it through its events."""
+
     owner: str
     conversation_id: str
     model: str
@@ -73,9 +77,16 @@ class Turn:
     # keys the message cache by tool_choice, so a forced call reads none of the history from it.
     focus: list[dict[str, Any]] | None = None
     window: int | None = None  # history messages before this turn the model sees (None: all)
-    start: int = 0  # where this turn's messages begin in the history (set by run_turn)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
     approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
+
+
+@dataclass(slots=True)
+class _Progress:
+    """A turn's state inside the loop, reported in `TurnFinished`."""
+
+    start: int  # where this turn's messages begin in the history
+    forced: dict[str, Any] | None  # the tool choice the next call is sent, if still forced
     usage: Usage = field(default_factory=Usage)
     # For `done.detail`: why the model stopped, when the API says (a refusal's explanation),
     # or what the provider could not do of what was asked (thinking on a model without it).
@@ -84,35 +95,34 @@ class Turn:
 
 async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
     """Runs model calls and tools until the model stops; the caller already added the user message."""
-    turn.start = len(conv.messages) - 1
+    progress = _Progress(start=len(conv.messages) - 1, forced=turn.tool_choice)
     for _ in range(agent.settings.max_steps):
         if conv.needs_summary() and await _summarize(agent, conv):
             yield ContextChanged(conv.tokens, conv.max_tokens, summarized=True)
         reply: ModelReply | None = None
-        async with aclosing(_model_call(agent, conv, turn)) as stream:
+        async with aclosing(_model_call(agent, conv, turn, progress)) as stream:
             async for event in stream:
                 if isinstance(event, ModelReply):
                     reply = event
                 else:
                     yield event
         if reply is None:  # the call failed; _model_call already explained why
-            yield TurnFinished("error", turn.usage)
+            yield TurnFinished("error", progress.usage, progress.detail)
             return
-        turn.usage.add(reply.usage)
-        if reply.notes and turn.detail is None:  # what the provider could not do (thinking), for `done`
-            turn.detail = " ".join(reply.notes)
+        progress.usage.add(reply.usage)
+        if reply.notes and progress.detail is None:  # what the provider could not do (thinking), for `done`
+            progress.detail = " ".join(reply.notes)
         if reply.stop_reason == "refusal":
             # A refused exchange sent again invites more refusals: the model never sees it again.
             conv.forget_exchange()
-            turn.detail = reply.stop_detail
-            yield ContextChanged(conv.tokens, conv.max_tokens)
-            yield TurnFinished("refusal", turn.usage, turn.detail)
+            yield ContextChanged(conv.tokens, conv.max_tokens, usage=progress.usage)
+            yield TurnFinished("refusal", progress.usage, reply.stop_detail)
             return
         calls, unfinished = _keep_reply(conv, reply)
         try:
             for event in _not_run(unfinished, reply.stop_reason):
                 yield event
-            yield ContextChanged(conv.tokens, conv.max_tokens)
+            yield ContextChanged(conv.tokens, conv.max_tokens, usage=progress.usage)
         except BaseException:  # stopped before the tools started: their calls still need results
             if calls:
                 conv.add_tool_results([_result_block(c["id"], None) for c in calls], note=STOPPED_NOTE)
@@ -120,12 +130,12 @@ async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> Async
         if reply.stop_reason == "pause_turn":
             continue
         if reply.stop_reason != "tool_use" or not calls:
-            yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), turn.usage, turn.detail)
+            yield TurnFinished(_STOP_REASONS.get(reply.stop_reason, "end_turn"), progress.usage, progress.detail)
             return
         async with aclosing(_run_tools(agent, conv, turn, calls, reply.invalid_calls)) as tool_events:
             async for event in tool_events:
                 yield event
-    yield TurnFinished("max_steps", turn.usage, turn.detail)
+    yield TurnFinished("max_steps", progress.usage, progress.detail)
 
 
 async def _summarize(agent: Agent, conv: ConversationManager) -> bool:
@@ -136,44 +146,49 @@ async def _summarize(agent: Agent, conv: ConversationManager) -> bool:
         return False
 
 
-def _messages(conv: ConversationManager, turn: Turn) -> list[dict[str, Any]]:
+def _messages(conv: ConversationManager, turn: Turn, start: int) -> list[dict[str, Any]]:
     if turn.window is None:
         return conv.messages
-    return window(conv.messages[:turn.start], turn.window) + conv.messages[turn.start:]
+    return window(conv.messages[:start], turn.window) + conv.messages[start:]
 
 
-def _request(agent: Agent, conv: ConversationManager, turn: Turn) -> ModelRequest:
+def _request(agent: Agent, conv: ConversationManager, turn: Turn, progress: _Progress) -> ModelRequest:
     settings = agent.settings
     budget = settings.thinking_budget if turn.thinking else None
     max_tokens = settings.max_output_tokens + (budget or 0)
-    choice, turn.tool_choice = turn.tool_choice, None
+    choice, progress.forced = progress.forced, None
     if choice is not None and turn.focus is not None:
         messages = [{"role": "user", "content": turn.focus}]  # no breakpoint: nothing would read it again
     else:
-        messages = with_breakpoint(_messages(conv, turn))
+        messages = with_breakpoint(_messages(conv, turn, progress.start))
     return ModelRequest(model=turn.model, system=turn.system, messages=messages,
                         tools=cached_tools(turn.tools), max_tokens=max_tokens, thinking_budget=budget,
                         tool_choice=choice)
 
 
-async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Any]:
-    """One streamed call. On error or abort, the text streamed so far is kept, marked."""
+async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn, progress: _Progress) -> AsyncIterator[Any]:
+    """One streamed call, watched (`waiting`): events say so while the model is silent or
+    the call is tried again. On error or abort, the text streamed so far is kept, marked."""
     streamed: list[str] = []
     fields: dict[str, FieldStream | None] = {}  # per tool_use id: the input field shown as it is written
+    settings = agent.settings
+    call = watched(agent.model.stream(_request(agent, conv, turn, progress)), every=settings.status_interval,
+                   idle=settings.model_idle_timeout)
     try:
-        async for item in agent.model.stream(_request(agent, conv, turn)):
-            if isinstance(item, ToolInputDelta):
-                if item.tool_id not in fields:
-                    field_name = agent.registry.streamed_field(item.name)
-                    fields[item.tool_id] = FieldStream(field_name) if field_name else None
-                stream = fields[item.tool_id]
-                text = stream.feed(item.piece) if stream is not None else ""
-                if text:
-                    yield ArtifactDelta(item.tool_id, text)
-                continue
-            if isinstance(item, TextDelta):
-                streamed.append(item.text)
-            yield item
+        async with aclosing(call) as items:
+            async for item in items:
+                if isinstance(item, ToolInputDelta):
+                    if item.tool_id not in fields:
+                        field_name = agent.registry.streamed_field(item.name)
+                        fields[item.tool_id] = FieldStream(field_name) if field_name else None
+                    stream = fields[item.tool_id]
+                    text = stream.feed(item.piece) if stream is not None else ""
+                    if text:
+                        yield ArtifactDelta(item.tool_id, text)
+                    continue
+                if isinstance(item, TextDelta):
+                    streamed.append(item.text)
+                yield item
     except LLMError as exc:
         conv.add_cut_reply("".join(streamed), FAILED_NOTE)
         yield TurnFailed(exc.code, exc.message)
@@ -223,6 +238,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
     whose input was not valid JSON does not run, its result tells the model so."""
     events: asyncio.Queue[Event] = asyncio.Queue()
     results: dict[str, ToolResult] = {}
+    canvas = turn.services.canvas  # what a call changed of it is told before the call's end
 
     def on_progress(tool_id: str, elapsed: float, status: str) -> None:
         events.put_nowait(ToolProgressed(tool_id, elapsed, status))
@@ -240,6 +256,8 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
             log.exception("tool registry failed on %s", call["name"])
             result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)
         results[call["id"]] = result
+        for frame in canvas.announcements() if canvas is not None else ():
+            events.put_nowait(ArtifactChanged(frame))
         events.put_nowait(ToolEnded(call["id"], call["name"], result.output,
                                     time.monotonic() - started, result.is_error))
 

@@ -43,8 +43,9 @@ class Canvas:
         self.conversation_id = conversation_id
         self._record = record
         self._writer = writer
-        # Publishes what clients are told of a change (the conversation sets it).
-        self.on_change: Callable[[Announcement], object] = lambda frame: None
+        # What clients are to be told of the changes made since whoever publishes them (the
+        # running turn, or a command) last took them: see `announcements`.
+        self._announcements: list[Announcement] = []
         # The version the model last saw whole (it wrote it, was shown it, or made a known
         # edit to one it had seen) and the epoch of the history it saw it in (a summary or a
         # clear may have dropped it since). A turn shows the current version only when this
@@ -120,8 +121,15 @@ class Canvas:
     def _announce(self, base: ArtifactVersionRecord | None, changes: list[edits.Change]) -> ArtifactState:
         state = self.state()
         assert state is not None
-        self.on_change(_edit(state, base, changes) or ArtifactFrame(artifact=state))
+        self._announcements.append(_edit(state, base, changes) or ArtifactFrame(artifact=state))
         return state
+
+    def announcements(self) -> list[Announcement]:
+        """The frames that tell clients of the changes since the last call, oldest first. A
+        change made by a tool reaches them as an event of the turn's loop; one made by the
+        user, from the command that made it."""
+        taken, self._announcements = self._announcements, []
+        return taken
 
 
 def _edit(state: ArtifactState, base: ArtifactVersionRecord | None, changes: list[edits.Change]) -> ArtifactEdit | None:

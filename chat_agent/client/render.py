@@ -13,8 +13,8 @@ from typing import IO, Any, Literal, Mapping
 
 from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
                                  AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
-                                 Pong, SessionFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd,
-                                 ToolPart, ToolProgress, ToolStart, VisibleMessage)
+                                 Pong, SessionFrame, StatusFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame,
+                                 ToolEnd, ToolPart, ToolProgress, ToolStart, VisibleMessage)
 
 CLEAR_LINE = "\r\x1b[2K"
 MAX_RESULTS = 5
@@ -196,6 +196,10 @@ class TurnRenderer:
                 return self._done(frame)
             case ErrorFrame(code=code, message=message):
                 return self._line(self.style.red(f"✗ error [{code}] {message}"))
+            case StatusFrame(state="retrying", detail=detail):  # worth a line, terminal or not
+                return self._line(self.style.yellow(f"↻ {detail}"))
+            case StatusFrame(elapsed=elapsed, detail=detail):
+                return self._status(f"… {elapsed:.0f}s {detail}")
             case Pong():
                 return self._line(self.style.dim("pong"))
             case _:  # session: drawn by render_history, not per frame

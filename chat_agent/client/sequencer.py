@@ -37,7 +37,7 @@ class SeqOrderer(Generic[F]):
     def push(self, frame: F, now: float) -> list[F]:
         """The frames that can be delivered now, in order (often just `frame`, or nothing)."""
         seq = frame.seq
-        if seq is None:  # session, pong, error answering a bad client frame: not in the log
+        if seq is None:  # session, pong, status, an error answering a bad frame: not in the log
             return [frame]
         if seq <= self.last_seq or seq in self._held:
             return []  # already delivered, or already waiting: a replayed duplicate

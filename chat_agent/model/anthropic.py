@@ -12,7 +12,7 @@ import httpx2
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
 from chat_agent.model.fair import FairShare
-from chat_agent.model.retry import retry_unstarted
+from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 from chat_agent.tracing import ModelSpan, model_span
 
@@ -34,35 +34,44 @@ def _error_detail(exc: anthropic.APIStatusError) -> tuple[str, str]:
 
 
 def translate_error(exc: Exception) -> LLMError:
-    """A readable error for the client: no stack trace, no request headers, no key."""
-    if isinstance(exc, anthropic.RateLimitError):
-        return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.")
+    """A readable error for the client: no stack trace, no request headers, no key. Whether
+    it is worth another try is the SDK's rule for an HTTP answer; an error event inside a
+    200 stream is, when its type says the API was overloaded or failed."""
     if isinstance(exc, anthropic.APIStatusError):
-        kind, detail = _error_detail(exc)
-        status = exc.status_code
-        # An `error` event inside a 200 stream: the SDK never retries these, so we may.
-        midstream = status == 200 and kind in _RETRYABLE_TYPES
-        if kind == "rate_limit_error":
-            return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.",
-                            retryable=midstream)
-        if kind == "overloaded_error" or status == 529:
-            return LLMError("llm_error", "The model API is overloaded; try again in a moment.", retryable=midstream)
-        if status == 401 or kind == "authentication_error":
-            return LLMError("llm_error", "The model API rejected our credentials (check ANTHROPIC_API_KEY).")
-        where = "during the reply" if status == 200 else f"{status}"
-        message = f"The model API failed ({where})" + (f": {kind}: {detail}" if detail else "")
-        return LLMError("llm_error", message, retryable=midstream)
+        return _status_error(exc)
     if isinstance(exc, anthropic.APITimeoutError):
-        return LLMError("llm_error", "The model API timed out.")
+        return LLMError("llm_error", "The model API timed out.", retryable=True, reason="timed out")
     if isinstance(exc, anthropic.APIConnectionError):
         # The operator needs the cause (refused, DNS, TLS, a full pool); the client does not.
         log.warning("could not reach the model API: %r", exc.__cause__ or exc)
-        return LLMError("llm_error", "Could not reach the model API.")
+        return LLMError("llm_error", "Could not reach the model API.", retryable=True, reason="could not be reached")
     if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
         # The SDK lets transport errors that happen mid-stream through unwrapped.
-        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
+        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True,
+                        reason="broke off the connection")
     log.error("unexpected model call failure", exc_info=exc)
     return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
+
+
+def _status_error(exc: anthropic.APIStatusError) -> LLMError:
+    kind, detail = _error_detail(exc)
+    status = exc.status_code
+    if status == 200:  # an `error` event inside the stream
+        retryable, asked = kind in _RETRYABLE_TYPES, None
+    else:
+        headers = exc.response.headers
+        retryable, asked = should_retry(status, headers), retry_after(headers)
+    where = "during the reply" if status == 200 else f"({status})"
+    if kind == "rate_limit_error" or status == 429:
+        return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.",
+                        retryable=retryable, reason=f"is rate limiting us {where}", retry_after=asked)
+    if kind == "overloaded_error" or status == 529:
+        return LLMError("llm_error", "The model API is overloaded; try again in a moment.", retryable=retryable,
+                        reason=f"is overloaded {where}", retry_after=asked)
+    if status == 401 or kind == "authentication_error":
+        return LLMError("llm_error", "The model API rejected our credentials (check ANTHROPIC_API_KEY).")
+    message = f"The model API failed {where}" + (f": {kind}: {detail}" if detail else "")
+    return LLMError("llm_error", message, retryable=retryable, reason=f"failed {where}", retry_after=asked)
 
 
 def error_type(exc: Exception) -> str:
@@ -90,10 +99,10 @@ def _failed(span: ModelSpan, exc: Exception) -> LLMError:
 
 
 class AnthropicClient:
-    """Streams model calls. Retries what the SDK does not: an error that arrives inside a 200
-    stream (the SDK only retries HTTP statuses), as long as nothing of that call was yielded."""
+    """Streams model calls. Their retries are ours (`retry_unstarted`), so that each shows; the
+    plain calls of background work (summaries, titles) keep the SDK's."""
 
-    def __init__(self, settings: Settings, *, midstream_retries: int = 2, backoff: float = 0.5):
+    def __init__(self, settings: Settings, *, backoff: float = INITIAL_BACKOFF):
         self._client = anthropic.AsyncAnthropic(
             api_key=settings.anthropic_api_key or "missing-key",
             base_url=settings.anthropic_base_url,
@@ -104,10 +113,11 @@ class AnthropicClient:
             http_client=anthropic.DefaultAioHttpClient(limits=LIMITS),
             **_no_sdk_spans(),
         )
+        self._streaming = self._client.with_options(max_retries=0)  # the same pool
         self.configured = bool(settings.anthropic_api_key)
         url = self._client.base_url
         self._server = (url.host, url.port)  # where calls go, for their spans
-        self._midstream_retries = midstream_retries
+        self._retries = settings.llm_max_retries
         self._backoff = backoff
 
     async def close(self) -> None:
@@ -118,8 +128,7 @@ class AnthropicClient:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
-        return retry_unstarted(lambda: self._stream_once(request), retries=self._midstream_retries,
-                               backoff=self._backoff)
+        return retry_unstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         accumulator = ReplyAccumulator()
@@ -127,7 +136,7 @@ class AnthropicClient:
             try:
                 # The raw events, so that one tool call with broken JSON does not end the stream
                 # (the SDK's MessageStream raises there); the SDK still accumulates the message.
-                async with await self._client.messages.create(**request.params(), stream=True) as events:
+                async with await self._streaming.messages.create(**request.params(), stream=True) as events:
                     fair = FairShare()
                     async for event in events:
                         span.first_chunk()

@@ -17,7 +17,7 @@ from chat_agent.config import Settings
 from chat_agent.model.fair import FairShare
 from chat_agent.model.openai_messages import chat_params
 from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
-from chat_agent.model.retry import retry_unstarted
+from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 from chat_agent.tracing import ModelSpan, model_span
 
@@ -45,34 +45,45 @@ def _error_detail(exc: openai.APIError) -> tuple[str, str]:
 
 def translate_error(exc: Exception, *, midstream: bool = False) -> LLMError:
     """A readable error for the client: no stack trace, no request headers, no key (OpenAI's
-    401 quotes part of the key, so its message is not passed on)."""
+    401 quotes part of the key, so its message is not passed on). Worth another try: what
+    the SDK retries (by its rule for HTTP answers), and a stream that broke off."""
     if isinstance(exc, openai.APIStatusError):
-        kind, detail = _error_detail(exc)
-        status = exc.status_code
-        if kind == "insufficient_quota":
-            return LLMError("llm_error", "The model API says the account has no quota left (insufficient_quota).")
-        if status == 429:
-            return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.")
-        if status in (401, 403):
-            return LLMError("llm_error", "The model API rejected our credentials (check OPENAI_API_KEY).")
-        return LLMError("llm_error", f"The model API failed ({status})" + (f": {detail}" if detail else ""))
+        return _status_error(exc)
     if isinstance(exc, openai.APITimeoutError):
-        return LLMError("llm_error", "The model API timed out.", retryable=midstream)
+        return LLMError("llm_error", "The model API timed out.", retryable=True, reason="timed out")
     if isinstance(exc, openai.APIConnectionError):
         if midstream:
-            return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
-        return LLMError("llm_error", "Could not reach the model API.")
+            return LLMError("llm_error", "The connection to the model API broke off.", retryable=True,
+                            reason="broke off the connection")
+        return LLMError("llm_error", "Could not reach the model API.", retryable=True, reason="could not be reached")
     if isinstance(exc, openai.APIError):  # an error sent inside a 200 stream
         kind, detail = _error_detail(exc)
         detail = detail or exc.message
         return LLMError("llm_error", "The model API failed during the reply" + (f": {detail}" if detail else ""),
-                        retryable=True)
+                        retryable=True, reason="failed during the reply")
     if isinstance(exc, _Unfinished):
-        return LLMError("llm_error", "The model API's reply ended before it finished.", retryable=True)
+        return LLMError("llm_error", "The model API's reply ended before it finished.", retryable=True,
+                        reason="ended its reply early")
     if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore"):
-        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True)
+        return LLMError("llm_error", "The connection to the model API broke off.", retryable=True,
+                        reason="broke off the connection")
     log.error("unexpected model call failure", exc_info=exc)
     return LLMError("llm_error", f"Model call failed: {type(exc).__name__}")
+
+
+def _status_error(exc: openai.APIStatusError) -> LLMError:
+    kind, detail = _error_detail(exc)
+    status, headers = exc.status_code, exc.response.headers
+    retry = {"retryable": should_retry(status, headers), "retry_after": retry_after(headers)}
+    if kind == "insufficient_quota":  # a 429 that no wait cures
+        return LLMError("llm_error", "The model API says the account has no quota left (insufficient_quota).")
+    if status == 429:
+        return LLMError("rate_limited", "The model API is rate limiting us; try again in a moment.",
+                        reason="is rate limiting us (429)", **retry)
+    if status in (401, 403):
+        return LLMError("llm_error", "The model API rejected our credentials (check OPENAI_API_KEY).")
+    return LLMError("llm_error", f"The model API failed ({status})" + (f": {detail}" if detail else ""),
+                    reason=f"failed ({status})", **retry)
 
 
 def error_type(exc: Exception) -> str:
@@ -88,21 +99,23 @@ def _failed(span: ModelSpan, exc: Exception, midstream: bool = False) -> LLMErro
 
 
 class OpenAIClient:
-    """Streams Chat Completions. Like the Anthropic client, it retries a stream that failed
-    mid-way (the SDK retries only HTTP statuses) as long as nothing of it was yielded."""
+    """Streams Chat Completions. Like the Anthropic client, it retries streamed calls itself
+    (`retry_unstarted`), so that each try shows, as long as nothing of the call was yielded;
+    plain calls keep the SDK's retries."""
 
-    def __init__(self, settings: Settings, *, midstream_retries: int = 2, backoff: float = 0.5):
+    def __init__(self, settings: Settings, *, backoff: float = INITIAL_BACKOFF):
         self._client = openai.AsyncOpenAI(
             api_key=settings.openai_api_key or "missing-key",
             base_url=settings.openai_base_url,
             max_retries=settings.llm_max_retries,
             timeout=settings.llm_timeout,
         )
+        self._streaming = self._client.with_options(max_retries=0)  # the same pool
         self.configured = bool(settings.openai_api_key)
         url = self._client.base_url
         self._server = (url.host, url.port)  # where calls go, for their spans
         self._max_tokens = "max_completion_tokens" if url.host in OPENAI_HOSTS else "max_tokens"
-        self._midstream_retries = midstream_retries
+        self._retries = settings.llm_max_retries
         self._backoff = backoff
 
     def unavailable(self, model: str) -> str | None:
@@ -113,8 +126,7 @@ class OpenAIClient:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
-        return retry_unstarted(lambda: self._stream_once(request), retries=self._midstream_retries,
-                               backoff=self._backoff)
+        return retry_unstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         return chat_params(request, max_tokens_field=self._max_tokens)
@@ -126,7 +138,7 @@ class OpenAIClient:
                         provider=PROVIDER) as span:
             started = False
             try:
-                stream = await self._client.chat.completions.create(**params, stream=True,
+                stream = await self._streaming.chat.completions.create(**params, stream=True,
                                                                      stream_options={"include_usage": True})
                 started = True
                 async with stream:  # closing it (abort) closes the HTTP response

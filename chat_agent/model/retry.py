@@ -1,27 +1,68 @@
 """Another try of a streamed call that failed before anything of it reached the caller.
 
-Both clients need it: an error inside a 200 stream (a mid-stream `overloaded_error`, a
-connection that broke off) is never retried by the SDKs, which retry only HTTP statuses.
+Our own loop, not the SDKs' (their retries are off for streamed calls), so that every try
+is told: a `Retry` item before it, which the user sees as a `status` frame instead of
+silence. What is tried again is what the SDKs retry (408, 409, 429, 5xx and 529 answers, a
+connection refused or timed out) and what they never do, an error inside a 200 stream (a
+mid-stream `overloaded_error`, a connection that broke off); either only while nothing of
+the call was yielded. The wait is the SDKs': what the API asks for (Retry-After), else
+exponential backoff with jitter.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
 import random
+import time
 from contextlib import aclosing
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Mapping
 
-from chat_agent.model.types import LLMError, StreamItem
+from chat_agent.model.types import LLMError, Retry, StreamItem
 
 log = logging.getLogger(__name__)
+
+INITIAL_BACKOFF, MAX_BACKOFF = 0.5, 8.0  # seconds: the SDKs' exponential backoff
+# A Retry-After longer than this is not waited for: the call fails (`rate_limited` says to
+# try again later) instead of holding the turn for minutes.
+MAX_RETRY_AFTER = 60.0
+
+
+def should_retry(status: int, headers: Mapping[str, str]) -> bool:
+    """Whether an HTTP error answer is worth another try, by the SDKs' rule: the API's
+    `x-should-retry` when it says, else request timeouts, lock timeouts, rate limits and
+    server errors."""
+    says = headers.get("x-should-retry")
+    if says in ("true", "false"):
+        return says == "true"
+    return status in (408, 409, 429) or status >= 500
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds the API asks us to wait (`retry-after-ms`, `retry-after` in seconds or as a
+    date), None when it does not say."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            return float(headers.get(name) or "") * scale
+        except ValueError:
+            pass
+    when = email.utils.parsedate_tz(headers.get("retry-after") or "")
+    return None if when is None else email.utils.mktime_tz(when) - time.time()
+
+
+def delay_before(retries_done: int, backoff: float, asked: float | None) -> float | None:
+    """How long to wait before the next try; None when the API asks for longer than we wait."""
+    if asked is not None and asked > 0:
+        return asked if asked <= MAX_RETRY_AFTER else None
+    return min(backoff * 2 ** retries_done, MAX_BACKOFF) * (1 - 0.25 * random.random())
 
 
 async def retry_unstarted(attempt_stream: Callable[[], AsyncIterator[StreamItem]], *, retries: int,
                           backoff: float) -> AsyncIterator[StreamItem]:
     """Yields what `attempt_stream()` yields; when it raises a retryable LLMError before it
-    yielded anything, waits (exponential backoff with jitter) and starts it again."""
-    attempt = 0
+    yielded anything, yields a `Retry`, waits and starts it again (at most `retries` times)."""
+    attempt = 1
     while True:
         yielded = False
         try:
@@ -31,9 +72,13 @@ async def retry_unstarted(attempt_stream: Callable[[], AsyncIterator[StreamItem]
                     yield item
             return
         except LLMError as exc:
-            if yielded or not exc.retryable or attempt >= retries:
+            retryable = exc.retryable and not yielded and attempt <= retries
+            delay = delay_before(attempt - 1, backoff, exc.retry_after) if retryable else None
+            if delay is None:
                 raise
+            reason = exc.reason
         attempt += 1
-        delay = backoff * (2 ** (attempt - 1)) * (0.75 + random.random() / 2)
-        log.warning("model stream failed before any output; retry %d in %.2fs", attempt, delay)
+        log.warning("model call failed before any output (the API %s); attempt %d of %d in %.2fs",
+                    reason, attempt, retries + 1, delay)
+        yield Retry(attempt, retries + 1, reason, delay)
         await asyncio.sleep(delay)

@@ -69,15 +69,33 @@ class ModelReply:
     notes: tuple[str, ...] = ()
 
 
-StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, ModelReply]
+@dataclass(slots=True)
+class Retry:
+    """The call failed before anything of it was yielded and is tried again after `delay`
+    seconds: told so that the wait is not silence (PROTOCOL 1.2 "Live status")."""
+
+    attempt: int  # the attempt about to start: 2 for the first retry
+    attempts: int  # attempts at most
+    reason: str  # why the last one failed, to follow "The model API ": "is overloaded (529)"
+    delay: float
+
+
+StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, Retry, ModelReply]
 
 
 class LLMError(Exception):
-    def __init__(self, code: Literal["llm_error", "rate_limited"], message: str, *, retryable: bool = False):
+    """A model call that failed, said for the client. `retryable`: worth trying again as
+    long as nothing of the call reached anyone; `reason` says why for a `Retry`, and
+    `retry_after` is how long the API asked us to wait (its Retry-After), when it did."""
+
+    def __init__(self, code: Literal["llm_error", "rate_limited"], message: str, *, retryable: bool = False,
+                 reason: str | None = None, retry_after: float | None = None):
         super().__init__(message)
         self.code = code
         self.message = message
         self.retryable = retryable
+        self.reason = reason or "failed"
+        self.retry_after = retry_after
 
 
 class ModelClient(Protocol):
@@ -91,7 +109,8 @@ class ModelClient(Protocol):
         ...
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Deltas as they arrive, then one ModelReply. Raises LLMError."""
+        """Deltas as they arrive, then one ModelReply. Raises LLMError. A `Retry` before
+        another attempt, when a failed one is tried again."""
         ...
 
     async def call(self, request: ModelRequest) -> ModelReply: ...

@@ -1,12 +1,15 @@
 """Messages between instances of the server, over PostgreSQL's LISTEN/NOTIFY or Redis pub/sub.
 
-Two kinds travel:
-- committed frames: the owner of a conversation publishes every frame once the store has
-  it, on one channel all instances listen to; each delivers them to its own sockets on
-  that conversation. A frame that is lost on the way (a dropped listener connection) is
-  read back from the event log: a receiver notices the gap in `seq`.
+Two kinds travel (typed: see `messages`):
+- broadcasts: the owner of a conversation publishes every frame once the store has it, on
+  one channel all instances listen to; each delivers them to its own sockets on that
+  conversation. A frame that is lost on the way (a dropped listener connection) is read
+  back from the event log: a receiver notices the gap in `seq`. Deletions and live status
+  travel there too.
 - direct messages to one instance: commands forwarded to a conversation's owner, and the
   owner's replies.
+
+What arrives waits in `inbox`, in order, for whoever serves this instance.
 
 Publishing never waits: frames queue and a flusher sends what queued meanwhile in one
 round trip, in the order they were published. A single instance with no bus configured
@@ -25,29 +28,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat_agent.sessions.messages import (Answer, Arrival, Committed, Deleted, Frames, Request, Resync, Status,
+                                          bus_messages)
+
 log = logging.getLogger(__name__)
 
-RECONNECT_DELAY = 0.5  # seconds before a lost listener connection is opened again
-
-# (seq, turn id, frame type, frame text) of one committed frame
-Frame = tuple[int, str | None, str, str]
-
+RECONNECT_DELAY = 0.5  # seconds before a lost connection is opened again
+UNSENT = 10_000  # frames kept to publish again while the bus is unreachable
 
 def namespace_of(name: str) -> str:
     """A short channel prefix for one deployment: instances sharing a database (PostgreSQL
     channels are per database, not per schema) or a Redis must not hear other deployments."""
     return "ca" + hashlib.sha1(name.encode()).hexdigest()[:10]
-
-
-@dataclass
-class Handlers:
-    """What a bus calls with what arrives (synchronously, on the event loop)."""
-
-    # (conversation id, its frames, the instance that committed them: its owner)
-    frames: Callable[[str, list[Frame], str], None] = lambda conversation_id, frames, instance: None
-    direct: Callable[[dict[str, Any]], None] = lambda message: None
-    # The listener connection was lost and is back: frames may have been missed meanwhile.
-    resync: Callable[[], None] = lambda: None
 
 
 class Bus(ABC):
@@ -58,8 +50,9 @@ class Bus(ABC):
     def __init__(self, instance: str, namespace: str = "ca"):
         self.instance = instance
         self.namespace = namespace
-        self.handlers = Handlers()
-        self._pending: dict[str, list[Frame]] = {}
+        self.inbox: asyncio.Queue[Arrival] = asyncio.Queue()
+        self._pending: dict[str, list[Committed]] = {}
+        self._broadcasts: list[str] = []  # deletions, status: sent after the frames queued before them
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
 
@@ -75,8 +68,7 @@ class Bus(ABC):
     def instance_channel(self, instance: str) -> str:
         return f"{self.namespace}_i_{instance}"
 
-    async def start(self, handlers: Handlers) -> None:
-        self.handlers = handlers
+    async def start(self) -> None:
         await self._listen()
         self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="bus-flush")
 
@@ -87,40 +79,56 @@ class Bus(ABC):
             self._flusher = None
         await self._stop()
 
-    def publish(self, conversation_id: str, seq: int, turn_id: str | None, kind: str, text: str) -> None:
+    def publish(self, conversation_id: str, frame: Committed) -> None:
         """Queues a committed frame for every instance; returns at once."""
-        self._pending.setdefault(conversation_id, []).append((seq, turn_id, kind, text))
+        self._pending.setdefault(conversation_id, []).append(frame)
         self._wake.set()
 
-    async def send(self, instance: str, message: dict[str, Any]) -> None:
+    def broadcast(self, message: Deleted | Status) -> None:
+        """Queues a message for every instance, after the frames queued so far."""
+        self._broadcasts.append(message.model_dump_json())
+        self._wake.set()
+
+    async def send(self, instance: str, message: Request | Answer) -> None:
         """Sends a message to one instance (it may no longer be there: nothing says so)."""
-        await self._send([(self.instance_channel(instance), _dumps(message))], direct=True)
+        await self._send([(self.instance_channel(instance), message.model_dump_json())], direct=True)
 
     async def _flush_loop(self) -> None:
         while True:
             await self._wake.wait()
             self._wake.clear()
             pending, self._pending = self._pending, {}
-            messages = [(self.frames_channel, _dumps({"c": cid, "f": frames, "i": self.instance}))
-                        for cid, frames in pending.items()]
+            broadcasts, self._broadcasts = self._broadcasts, []
+            messages = [(self.frames_channel, _frames(cid, self.instance, frames)) for cid, frames in pending.items()]
+            messages += [(self.frames_channel, text) for text in broadcasts]
             try:
                 await self._send(messages)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # Receivers notice the gap at the next frame, or on resync, and read the log.
-                log.warning("could not publish %d frames to other instances: %s",
-                            sum(len(f) for f in pending.values()), exc)
+                # Committed frames, so they go again once the bus answers (receivers drop the
+                # seqs they have); past UNSENT they are left to the receivers' resync.
+                unsent = sum(len(f) for f in pending.values())
+                log.warning("could not publish %d frames to other instances: %s", unsent, exc)
+                if unsent + sum(len(f) for f in self._pending.values()) <= UNSENT:
+                    for cid, frames in self._pending.items():
+                        pending.setdefault(cid, []).extend(frames)
+                    self._pending, self._broadcasts = pending, broadcasts + self._broadcasts
+                await asyncio.sleep(RECONNECT_DELAY)
+                self._wake.set()
 
     def _received(self, channel: str, payload: str) -> None:
         try:
-            message = json.loads(payload)
-            if channel == self.frames_channel:
-                self.handlers.frames(message["c"], [tuple(f) for f in message["f"]], message.get("i", ""))  # type: ignore[misc]
-            else:
-                self.handlers.direct(message)
+            message = bus_messages.validate_json(payload)
         except Exception:
-            log.exception("could not handle a message from another instance on %s", channel)
+            log.exception("could not read a message from another instance on %s", channel)
+            return
+        if isinstance(message, Frames) and message.instance == self.instance:
+            return  # our own frames, back from the shared channel
+        self.inbox.put_nowait(message)
+
+    def _resynced(self) -> None:
+        self.inbox.put_nowait(Resync())
 
     @abstractmethod
     async def _listen(self) -> None:
@@ -144,7 +152,10 @@ class LocalBus(Bus):
     def shared(self) -> bool:
         return False
 
-    def publish(self, conversation_id: str, seq: int, turn_id: str | None, kind: str, text: str) -> None:
+    def publish(self, conversation_id: str, frame: Committed) -> None:
+        pass
+
+    def broadcast(self, message: Deleted | Status) -> None:
         pass
 
     async def _listen(self) -> None:
@@ -210,7 +221,7 @@ class PostgresBus(Bus):
                         ready.set_result(None)
                         first = False
                     else:
-                        self.handlers.resync()
+                        self._resynced()
                     async for notify in conn.notifies():
                         self._arrived(notify.channel, notify.payload)
                 finally:
@@ -331,7 +342,7 @@ class RedisBus(Bus):
                     ready.set_result(None)
                     first = False
                 else:
-                    self.handlers.resync()
+                    self._resynced()
                 while True:
                     message = await pubsub.get_message(timeout=None)
                     if message is not None and message["type"] == "message":
@@ -365,8 +376,10 @@ class RedisBus(Bus):
             await pipe.execute()
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+def _frames(conversation_id: str, instance: str, frames: list[Committed]) -> str:
+    """A `Frames` message as JSON, written directly: it carries every frame of every turn."""
+    return json.dumps({"kind": "frames", "conversation": conversation_id, "instance": instance, "frames": frames},
+                      separators=(",", ":"), ensure_ascii=False)
 
 
 def create_bus(instance: str, database_url: str | None, redis_url: str | None) -> Bus:

@@ -1,5 +1,6 @@
 """Closing a turn the store still holds as running although nothing runs it: the process died
-during it (start-up recovery), or its writes could not be stored (the writer lost them).
+during it (start-up recovery), its instance stopped renewing its lease, or its writes could
+not be stored (the writer lost them).
 
 What the user saw of such a turn is rebuilt from the event log (frames reach clients only
 once committed), the model-facing history is made valid again, and the conversation's
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from chat_agent.protocol import ApprovalInfo, ErrorFrame, MessageStatus, Usage
+from chat_agent.protocol import ApprovalInfo, MessageStatus
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.replica import reply_from_log
+from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import Store, TurnRecord
 
 
@@ -50,8 +52,6 @@ NOT_SAVED = Cut(
 async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> None:
     pending: dict[str, ApprovalInfo] = {}
     reply, unfinished = await reply_from_log(store, record, pending=pending)
-    await live.load()  # the model-facing history, let go again by `finish`
+    await live.load()  # the model-facing history, let go again once the turn is over
     live.manager.repair(unfinished, cut.note, cut.result)
-    live.adopt(record, reply, pending)
-    live.publish(ErrorFrame(code="internal", message=cut.message))
-    live.finish("error", Usage(), status=cut.status)
+    RunningTurn.adopt(live, record, reply, pending).close_cut(cut.message, cut.status)

@@ -57,7 +57,7 @@ class _Using:
     job's model call and opened again by a client as another object, and the job would then
     write with seqs the new one also hands out."""
 
-    def deliver(self, seq: int, text: str) -> None:
+    def deliver(self, seq: int | None, text: str) -> None:
         pass
 
     def close(self, code: int, text: str | None = None) -> None:

@@ -1,40 +1,33 @@
-"""A conversation while it is open: its state in memory, its event log, its listeners, and
-its turn. It is the one owner of a turn's state: a turn is started, published to, finished
-and aborted through its methods, and nothing else writes that state.
+"""A conversation while it is open here: its state in memory, its listeners, its event log,
+and its running turn (`turn.RunningTurn`) or, when another instance owns it, the follower
+of that owner (`follow.Follower`).
 
-Frames get their `seq` here and go out only after the store writer committed them, so
-whatever a client was told survives a crash, and every connection on the conversation
-sees the same frames in the same order.
-
-With several instances, only the one owning the conversation (see `ownership`) runs its
-turns and writes it; it hands every committed frame to the bus as well (`fanout`). On the
-other instances the same class follows: it delivers the frames the bus brings to its own
-sockets, in seq order, reading what the bus lost from the event log.
+Frames get their `seq` in the event log here and go out only after the store writer
+committed them, so whatever a client was told survives a crash, and every connection on
+the conversation sees the same frames in the same order. With several instances, the owner
+hands every committed frame to the bus as well.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import deque
-from typing import Any, Awaitable, Callable, Protocol, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
-from chat_agent.agent.approval import ApprovalGate
-from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.ids import new_id
-from chat_agent.protocol import (ApprovalInfo, ContextCleared, ContextInfo, ContextUpdate, Done, ServerFrame, SessionFrame, StopReason, TitleFrame,
-                                 ToolEnd, ToolInfo, ToolStart, Usage, VisibleMessage)
+from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, ServerFrame, SessionFrame, TitleFrame,
+                                 ToolInfo, VisibleMessage)
+from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
-from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for, track_approvals
-from chat_agent.sessions.runner import drive
+from chat_agent.sessions.follow import UNKNOWN_TURN, Follower
+from chat_agent.sessions.messages import Committed, Status
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
-from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, FinishTurn, HistoryPage, Op, PruneEvents,
+from chat_agent.sessions.turn import RunningTurn
+from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
-NOT_ANSWERED = "Not run: the turn was stopped before the user answered the approval request."
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
 # Seconds the model-facing history stays loaded after a turn: a conversation going on
 # does not read its history back for every message, an idle one holds only its size.
@@ -42,37 +35,37 @@ KEEP_LOADED = 60.0
 KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
 T = TypeVar("T")
 log = logging.getLogger(__name__)
-# A committed frame as the bus carries it: (seq, turn id, frame type, frame text).
-Committed = tuple[int, "str | None", str, str]
 
 
 class Listener(Protocol):
-    def deliver(self, seq: int, text: str) -> None: ...
+    def deliver(self, seq: int | None, text: str) -> None: ...  # None: a frame outside the log (`status`)
 
     def close(self, code: int, text: str | None = None) -> None: ...
 
 
+Idle = Callable[[str], None]  # told a conversation's turn is over and its history let go
+
+
 class LiveConversation:
     def __init__(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas,
-                 writer: StoreWriter, store: Store):
+                 writer: StoreWriter, store: Store, bus: Bus, idle: Idle):
         self.id = record.id
         self.owner = record.owner
         self.title = record.title
-        self._use(manager, canvas)
+        self.manager = manager
+        self.canvas = canvas
         self.listeners: set[Listener] = set()
         self._writer = writer
         self._store = store  # the visible history is read from it, page by page
+        self._bus = bus  # committed frames and live status go to the other instances too
+        self._idle = idle
         self._seq = record.last_seq
+        self._shown = record.last_seq  # the newest seq handed to this instance's listeners
+        # Logged, not committed yet: (seq, text), oldest first; shown first if the store fails.
+        self._uncommitted: deque[tuple[int, str]] = deque()
         self._deltas = DeltaCoalescer(self._log)
-        # The turn, owned here alone. A message whose attachments are being checked has not
-        # started its turn yet, but the conversation is busy and `abort` cancels it.
-        self._preparing: asyncio.Task[Any] | None = None
-        self._task: asyncio.Task[StopReason] | None = None
-        self._turn_id: str | None = None
-        self._reply: VisibleMessage | None = None  # the running turn's reply, as streamed so far
-        self._tool_started: dict[str, float] = {}  # open tool cards: when each started
-        self._approvals: dict[str, ApprovalInfo] = {}  # the turn's requests not answered yet
-        self._gate: ApprovalGate | None = None  # where the running turn's calls wait for the user
+        self.turn: RunningTurn | None = None  # the turn running here, preparing to or finishing
+        self.follower: Follower | None = None  # while another instance owns the conversation
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         # The newest client message ids seen while open, so that a retry is known at once;
         # bounded, since the store has them all (checked before a turn starts).
@@ -81,30 +74,21 @@ class LiveConversation:
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
         self._unload: asyncio.TimerHandle | None = None
-        # Told every committed frame (the bus, with several instances).
-        self.fanout: Callable[[str, int, str | None, str, str], None] = lambda *frame: None
-        # Told when the turn is over and the history let go: the conversation could go elsewhere.
-        self.on_idle: Callable[[], None] = lambda: None
-        # Following another instance's turn: frames not delivered yet, the gap being read, the turn.
-        # Made when frames come (several instances) and dropped once drained: ~760 bytes.
-        self._incoming: deque[Committed] | None = None
-        self._gap: asyncio.Task[None] | None = None
-        self._remote_turn: str | None = None
-
-    def _use(self, manager: ConversationManager, canvas: Canvas) -> None:
-        self.manager = manager
-        self.canvas = canvas
-        canvas.on_change = self.publish  # `artifact` or `artifact_edit`, as the canvas decides
 
     @property
     def seq(self) -> int:
-        return self._seq
+        return self.follower.seq if self.follower is not None else self._seq
+
+    @property
+    def busy(self) -> bool:
+        """A turn runs here (or is prepared, or finished), or the state is being reloaded:
+        a command that changes the conversation must wait."""
+        return self.turn is not None or self._recovering
 
     @property
     def running(self) -> bool:
-        """A turn runs here, or (followed) on the instance that owns the conversation."""
-        return (self._task is not None or self._preparing is not None or self._recovering
-                or self._remote_turn is not None)
+        """A turn runs: here, or on the instance that owns the conversation."""
+        return self.busy or (self.follower is not None and self.follower.running)
 
     # ---- the event log ----------------------------------------------------------------------
 
@@ -118,37 +102,74 @@ class LiveConversation:
         self._deltas.interrupt()
         self._log(frame, ops)
 
+    def flush_deltas(self) -> None:
+        self._deltas.interrupt()
+
     def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
         self._seq += 1
         seq = self._seq
         frame.conversation_id = self.id
         frame.seq = seq
-        if self._reply is not None:
-            fold(self._reply, frame)
-            self._track_tools(frame)
-        text, turn_id, kind = frame.to_json(), self._turn_id, frame.type
+        turn = self.turn
+        if turn is not None:
+            turn.numbered(frame)
+        text, turn_id, kind = frame.to_json(), turn.id if turn is not None else None, frame.type
         event = EventRecord(conversation_id=self.id, seq=seq, type=kind, turn_id=turn_id, frame=text)
+        self._uncommitted.append((seq, text))
         self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))],
-                            lambda: self._committed(seq, turn_id, kind, text))
+                            lambda: self._committed((seq, turn_id, kind, text)))
+        if self._writer.unavailable:
+            self.show_uncommitted()
 
-    def _track_tools(self, frame: ServerFrame) -> None:
-        track_approvals(self._approvals, frame)
-        if isinstance(frame, ToolStart):
-            self._tool_started[frame.tool_id] = time.monotonic()
-        elif isinstance(frame, ToolEnd):
-            self._tool_started.pop(frame.tool_id, None)
+    def _committed(self, frame: Committed) -> None:
+        seq = frame[0]
+        while self._uncommitted and self._uncommitted[0][0] <= seq:
+            self._uncommitted.popleft()
+        if seq > self._shown:
+            self._shown = seq
+            self.deliver(seq, frame[3])
+        self._bus.publish(self.id, frame)
 
-    def _committed(self, seq: int, turn_id: str | None, kind: str, text: str) -> None:
-        self._deliver(seq, text)
-        self.fanout(self.id, seq, turn_id, kind, text)
+    def show_uncommitted(self) -> None:
+        """The store is unavailable: what was logged goes out now, in seq order, not once it
+        is stored (it is, in that order, when the store is back)."""
+        for seq, text in self._uncommitted:
+            if seq > self._shown:
+                self._shown = seq
+                self.deliver(seq, text)
 
-    def _deliver(self, seq: int, text: str) -> None:
+    @property
+    def unsaved(self) -> bool:
+        """Whether listeners here were shown frames the store does not hold yet."""
+        return bool(self._uncommitted) and self._shown >= self._uncommitted[0][0]
+
+    def deliver(self, seq: int | None, text: str) -> None:
         for listener in tuple(self.listeners):
             listener.deliver(seq, text)
+
+    def notify(self, frame: ServerFrame) -> None:
+        """Tells every listener of the conversation, here and on other instances, a frame that
+        is not part of the log (PROTOCOL 1.2 `status`): at once, without a seq, never stored,
+        so never replayed."""
+        frame.conversation_id = self.id
+        text = frame.to_json()
+        self.deliver(None, text)
+        self._bus.broadcast(Status(conversation=self.id, text=text))
 
     def set_title(self, title: str) -> None:
         self.title = title
         self.publish(TitleFrame(title=title), ops=[SetTitle(self.owner, self.id, title)])
+
+    def announce_canvas(self) -> None:
+        """Tells clients of what a command (not a turn) changed of the canvas."""
+        for frame in self.canvas.announcements():
+            self.publish(frame)
+
+    def clear(self) -> None:
+        """Forgets the model-facing history (the visible one stays); only between turns."""
+        self.manager.clear()
+        self.publish(ContextCleared())
+        self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
 
     # ---- the turn ---------------------------------------------------------------------------
 
@@ -161,227 +182,107 @@ class LiveConversation:
             del self._client_ids[next(iter(self._client_ids))]
         self._writer.submit([RecordClientMessageId(self.owner, self.id, client_id)])
 
-    def prepare(self, preparation: Awaitable[Any]) -> asyncio.Task[Any]:
-        """Runs a message's preparation (checking its attachments, then `start`): the
-        conversation is busy meanwhile, and `abort` cancels it, answered by `done`."""
-        async def prepare() -> Any:
-            try:
-                return await preparation
-            except asyncio.CancelledError:
-                # Aborted before its turn began: nothing of it is kept, and `done` says so.
-                self.publish(Done(message_id=new_id("msg"), stop_reason="aborted", usage=Usage()))
-                raise
-            finally:
-                self._preparing = None
-
-        task = asyncio.get_running_loop().create_task(prepare(), name=f"prepare:{self.id}")
-        self._preparing = task
-        return task
+    def begin(self, turn: RunningTurn) -> None:
+        """The conversation is busy with this turn from now on (it may still be preparing)."""
+        assert self.turn is None, "a conversation runs one turn at a time"
+        self.turn = turn
 
     async def load(self) -> None:
         """Loads what a turn needs that an idle conversation does not hold: the model-facing
-        history (let go a while after the turn is closed)."""
+        history (let go a while after the turn is over)."""
         if self._unload is not None:
             self._unload.cancel()
             self._unload = None
         await self.manager.load()
 
-    def start(self, agent: Agent, turn: Turn, user: VisibleMessage, content: list[dict]) -> asyncio.Task[StopReason]:
-        """Adds the user's message to both histories and runs the turn as a task of the
-        conversation (not of any socket); its result is the stop reason. `load` first."""
-        self._open(new_id("turn"), new_id("msg"), time.time())
-        self.manager.add_visible(user)
-        self.manager.add_user(content)
-        task = asyncio.get_running_loop().create_task(self._run(agent, turn, self._reply.id), name=f"turn:{self.id}")
-        task.add_done_callback(lambda done: self._ended(done, turn.usage))
-        self._task = task
-        self._gate = turn.approvals
-        return task
-
-    def approve(self, tool_id: str, approved: bool, message: str | None) -> bool:
-        """The user's answer to an approval request of the running turn; False when no call
-        waits under that id (unknown, answered already, timed out)."""
-        return self._gate is not None and tool_id in self._approvals and self._gate.answer(tool_id, approved, message)
-
-    def _open(self, turn_id: str, message_id: str, now: float) -> None:
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict]) -> None:
+        """Stores the turn's start and adds the user's message to both histories."""
         first_seq = self._seq + 1
-        ops: list[Op] = [StartTurn(TurnRecord(id=turn_id, conversation_id=self.id, owner=self.owner,
-                                              message_id=message_id, status="running", started_at=now,
-                                              first_seq=first_seq))]
+        ops: list[Op] = [StartTurn(TurnRecord(id=turn.id, conversation_id=self.id, owner=self.owner,
+                                              message_id=turn.message_id, status="running",
+                                              started_at=turn.reply.created_at, first_seq=first_seq))]
         self._turn_starts.append(first_seq)
         if len(self._turn_starts) > KEEP_TURNS:
             ops.append(PruneEvents(self.owner, self.id, self._turn_starts.pop(0)))
         self._writer.submit(ops)
-        self._turn_id = turn_id
-        self._reply = VisibleMessage(id=message_id, role="assistant", created_at=now, status="streaming")
+        self.manager.add_visible(user)
+        self.manager.add_user(content)
 
-    async def _run(self, agent: Agent, turn: Turn, message_id: str) -> StopReason:
-        stop = await drive(agent, self.manager, turn, message_id, self.publish, self._turn_id)  # turn id: for its span
-        self._close(stop, turn.usage, turn.detail)
-        return stop
+    def adopt_turn(self, turn: RunningTurn) -> None:
+        """A turn cut off elsewhere, taken over to be closed here."""
+        self.turn = turn
 
-    def _ended(self, task: asyncio.Task[StopReason], usage: Usage) -> None:
-        # A task cancelled before its first step never ran `_run`: close its turn here.
-        if self._task is task:
-            self._close("aborted", usage)
-
-    def _close(self, stop: StopReason, usage: Usage, detail: str | None = None) -> None:
-        self._task = None
-        if stop in ("aborted", "error"):
-            # The loop keeps the history valid itself; this covers a stop it never saw
-            # (e.g. between steps) and does nothing when the history already ends well.
-            self.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)
-        self.finish(stop, usage, detail=detail)
-
-    def adopt(self, record: TurnRecord, reply: VisibleMessage, pending: dict[str, ApprovalInfo] | None = None) -> None:
-        """Takes over a turn that a crashed process left running, with its reply as the event
-        log shows it, so that `finish` can close it."""
-        self._turn_id = record.id
-        self._reply = reply
-        now = time.monotonic()
-        self._tool_started = {call.tool_id: now for call in open_tools(reply)}
-        self._approvals = dict(pending or {})
-
-    def finish(self, stop: StopReason, usage: Usage, *, status: str | None = None, detail: str | None = None) -> None:
-        """Closes open tool cards, stores the reply and publishes `done`. Synchronous, so
-        nothing can interleave between the reply leaving the turn and the history."""
-        reply = self._reply
-        assert reply is not None and self._turn_id is not None, "finish() without a turn"
-        # Text still held by the coalescer goes out (and into `reply`) before the reply is
-        # stored: else an aborted reply would be stored without the last piece its clients
-        # get just before `done`.
-        self._deltas.interrupt()
-        now = time.monotonic()
-        for call in open_tools(reply):
-            started = self._tool_started.get(call.tool_id, now)
-            output = NOT_ANSWERED if call.tool_id in self._approvals else "Cancelled before it finished."
-            self.publish(ToolEnd(tool_id=call.tool_id, name=call.name, output=output,
-                                 duration=round(now - started, 3), is_error=True))
-        reply.status = status or reply_status(stop)
-        status = status or status_for(stop)
-        self.manager.replace_visible(reply)
-        finish = FinishTurn(self.owner, self.id, self._turn_id, status, stop, usage.model_dump(by_alias=True),
-                            time.time())
-        self.publish(Done(message_id=reply.id, stop_reason=stop, usage=usage, detail=detail), [finish])
-        self._reply = None
-        self._turn_id = None
-        self._tool_started.clear()
-        self._approvals.clear()
-        self._gate = None
-        # Idle again: the model-facing history is in the store, and let go unless a turn follows soon.
+    def turn_over(self, turn: RunningTurn) -> None:
+        """The turn is done: the conversation takes new ones, and lets its history go unless
+        a turn follows soon."""
+        if self.turn is not turn:
+            return
+        self.turn = None
+        if self._unload is not None:
+            self._unload.cancel()
         self._unload = asyncio.get_running_loop().call_later(KEEP_LOADED, self._let_go)
 
     def _let_go(self) -> None:
         self._unload = None
-        if not self.running:
+        if not self.busy:
             self.manager.release()
-            self.on_idle()
+            self._idle(self.id)
 
-    def clear(self) -> None:
-        """Forgets the model-facing history (the visible one stays); only between turns."""
-        self.manager.clear()
-        self.publish(ContextCleared())
-        self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
+    def approve(self, tool_id: str, approved: bool, message: str | None) -> bool:
+        """The user's answer to an approval request of the running turn; False when no call
+        waits under that id (unknown, answered already, timed out)."""
+        return self.turn is not None and self.turn.approve(tool_id, approved, message)
 
-    # ---- writes the store lost --------------------------------------------------------------
+    async def abort(self) -> None:
+        """Stops the running turn (or its preparation) and returns once `done` is published."""
+        if self.turn is not None:
+            await self.turn.abort()
+
+    # ---- faults -------------------------------------------------------------------------------
 
     def writes_lost(self) -> bool:
-        """The store lost some of this conversation's writes (the writer refuses more until it
-        is reloaded). True when the caller is to bring it back, False when that is under way."""
+        """What this conversation wrote was lost, or it is not its to write any more: state
+        shown may not be stored. True when the caller is to bring it back in line, False
+        when that is under way already; busy until `recovered`."""
         self.generation += 1
         if self._recovering:
             return False
         self._recovering = True
         return True
 
-    async def stop(self) -> str | None:
-        """Stops what runs (what it still writes is refused); the id of the reply it was
-        writing (a fresh one for a message still being checked), None if nothing ran."""
-        if self._task is None and self._preparing is None:
-            return None
-        message_id = self._reply.id if self._reply is not None else new_id("msg")
-        await self.abort()
-        return message_id
+    def recovered(self) -> None:
+        self._recovering = False
+
+    # ---- following another instance, and taking the conversation back ------------------------
+
+    def follow(self, running: bool) -> Follower:
+        """Another instance owns the conversation: its frames are followed from here on."""
+        if self.follower is None:
+            self.follower = Follower(self.owner, self.id, self._store, self.deliver, self._seq, running=running)
+        elif running and not self.follower.running:
+            self.follower.turn = UNKNOWN_TURN
+        return self.follower
 
     def reload(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas) -> None:
         """Takes the state the store holds, so what clients are told next follows what was
         stored (its seqs continue from the last stored one)."""
         self.title = record.title
-        self._use(manager, canvas)
-        self._seq = record.last_seq
+        self.manager = manager
+        self.canvas = canvas
+        self._seq = self._shown = record.last_seq
+        self._uncommitted.clear()
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
-        self._incoming = None
-        self._remote_turn = None
-
-    def recovered(self) -> None:
-        self._recovering = False
-
-    async def abort(self) -> None:
-        """Stops what runs (the preparation or the turn) and returns once `done` is published."""
-        task = self._preparing or self._task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    # ---- following the owner on another instance ----------------------------------------------
-
-    def follow(self, frames: list[Committed], running: bool | None = None) -> None:
-        """Frames the owner (another instance) committed, as the bus brings them: delivered
-        to this instance's sockets in seq order, a gap filled from the event log first.
-        `running`: whether the owner runs a turn, when known otherwise (on opening)."""
-        if running is not None:
-            self._remote_turn = "?" if running else None
-        if self._incoming is None:
-            self._incoming = deque()
-        self._incoming.extend(frames)
-        if self._gap is None:
-            self._drain()
-
-    def catch_up(self) -> None:
-        """Reads what the bus may have lost (it reconnected) from the event log."""
-        if self._gap is None:
-            self._gap = asyncio.get_running_loop().create_task(self._read_gap(), name=f"catch-up:{self.id}")
-
-    def _drain(self) -> None:
-        while self._incoming:
-            seq, turn_id, kind, text = self._incoming[0]
-            if seq > self._seq + 1:
-                self.catch_up()
-                return
-            self._incoming.popleft()
-            if seq == self._seq + 1:
-                self._follow_one(seq, turn_id, kind, text)
-        self._incoming = None
-
-    def _follow_one(self, seq: int, turn_id: str | None, kind: str, text: str) -> None:
-        self._seq = seq
-        if kind == "done":
-            self._remote_turn = None
-        elif turn_id is not None:
-            self._remote_turn = turn_id
-        self._deliver(seq, text)
-
-    async def _read_gap(self) -> None:
-        try:
-            for event in await self._store.events_after(self.owner, self.id, self._seq):
-                if event.seq == self._seq + 1:
-                    self._follow_one(event.seq, event.turn_id, event.type, event.frame)
-        except Exception:
-            log.exception("could not read the frames of %s the bus missed", self.id)
-        finally:
-            self._gap = None
-        if self._incoming and self._incoming[0][0] > self._seq + 1:
-            # Not in the log either (pruned, or not committed: the owner failed): go on from there.
-            log.warning("%s: frames %d..%d are gone; going on", self.id, self._seq + 1, self._incoming[0][0] - 1)
-            self._seq = self._incoming[0][0] - 1
-        self._drain()
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
 
     # ---- what a new listener is shown ---------------------------------------------------------
 
     def reply(self) -> VisibleMessage | None:
         """The running turn's reply as streamed so far (a copy), None between turns."""
-        return self._reply.model_copy(deep=True) if self._reply is not None else None
+        turn = self.turn
+        return turn.snapshot_reply() if turn is not None and turn.shown else None
 
     async def page(self, before: str | None, limit: int) -> tuple[list[VisibleMessage], str | None] | None:
         """At most `limit` messages of the visible history just before the message `before`
@@ -389,11 +290,11 @@ class LiveConversation:
         of the oldest one when older ones exist (`moreBefore`). None for an unknown `before`.
         The running reply is in memory only: `before` may name it (what came before it)."""
         def capture() -> tuple[VisibleMessage | None, str | None, int]:
-            reply = self._reply
+            reply = self.reply()
             if reply is not None and before == reply.id:
                 return None, None, limit  # what came before the running reply: the stored tail
             if reply is not None and before is None:
-                return self.reply(), None, limit - 1
+                return reply, None, limit - 1
             return None, before, limit
 
         reply, page = await self._consistent(capture)
@@ -410,9 +311,10 @@ class LiveConversation:
         crash could still take back)."""
         def capture() -> tuple[tuple[SessionFrame, VisibleMessage | None], None, int]:
             context = ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens)
+            approvals = self.turn.approvals.values() if self.turn is not None else ()
             frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
                                  artifact=self.canvas.state(), context=context, tools=tools, running=self.running,
-                                 pending_approvals=[info.model_copy() for info in self._approvals.values()])
+                                 pending_approvals=[info.model_copy() for info in approvals])
             reply = self.reply()
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 

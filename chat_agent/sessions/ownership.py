@@ -10,9 +10,12 @@ another instance took over: its batch is refused and it stops.
   holds it; it keeps it while a turn runs and for a while after (the conversation stays
   loaded), renewing every lease it holds in one statement every third of the lease time.
 - A command arriving where the conversation is not owned is forwarded to the owner over the
-  bus and answered from there (`Forwarded`).
+  bus and answered from there (`forwarding`).
 - A lease that expired belongs to an instance that died (or stalled): another instance
-  claims it and closes the turn that was running as interrupted (`on_expired`).
+  claims it and closes the turn that was running as interrupted.
+
+What happens to leases (one of ours lost, another's expired) is told through `events`, a
+queue that whoever serves this instance reads.
 """
 
 from __future__ import annotations
@@ -20,17 +23,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-from chat_agent.sessions.bus import Bus
 from chat_agent.store import Lease, Store, StoreWriter
 
 log = logging.getLogger(__name__)
 
-FORWARD_TIMEOUT = 10.0  # seconds an owner has to answer a forwarded command
 # Each instance holds a lease under this prefix and its own id while it runs: the leases
 # say which instances are alive (`others`), and a dead one's expires like any other.
 INSTANCE_PREFIX = "instance:"
@@ -43,37 +42,35 @@ class Claim(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """An owner's answer to a forwarded command."""
+class LeaseLost:
+    """A lease this instance held is gone: what runs under it must stop."""
 
-    status: str  # "ok", "rejected" (code, message: answer the client with them), "not_owner"
-    code: str = ""
-    message: str = ""
+    conversation_id: str
 
 
-class OwnerUnreachable(Exception):
-    """The instance holding the lease did not answer in time."""
+@dataclass(frozen=True, slots=True)
+class LeaseExpired:
+    """Another instance stopped renewing a lease (it died, or lost the database)."""
+
+    lease: Lease
 
 
 class Ownership:
-    def __init__(self, instance: str, store: Store, writer: StoreWriter, bus: Bus, *, lease_seconds: float,
+    def __init__(self, instance: str, store: Store, writer: StoreWriter, *, lease_seconds: float,
                  sweep_seconds: float):
         self.instance = instance
         self._store = store
         self._writer = writer
-        self._bus = bus
         self._ttl = lease_seconds
         self._sweep_every = sweep_seconds
         self._held: dict[str, int] = {}  # conversation id -> epoch of the lease held
         self._claiming: dict[str, asyncio.Lock] = {}
-        self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._tasks: list[asyncio.Task[None]] = []
-        # Set by the hub: a lease this instance held was lost; what it ran there must stop.
-        self.on_lost: Callable[[str], None] = lambda conversation_id: None
-        # Set by the hub: a lease expired (its holder died); close what it left running.
-        self.on_expired: Callable[[Lease], Awaitable[None]] = _nothing
-        # Set by the hub: a command forwarded here; answer it.
-        self.on_command: Callable[[dict[str, Any]], Awaitable[Answer]] = _not_owner
+        self.events: asyncio.Queue[LeaseLost | LeaseExpired] = asyncio.Queue()
+        # Cut off from the database: others' leases may have run out only because they were
+        # cut off too, so none is taken over until a lease period after it is reached again.
+        self._cut_off = False
+        self._quiet_until = 0.0  # monotonic
 
     async def start(self) -> None:
         await self.claim(INSTANCE_PREFIX + self.instance)
@@ -166,16 +163,17 @@ class Ownership:
                 continue
             asked = dict(self._held)
             try:
-                kept = {lease.conversation_id for lease in await self._store.renew_leases(self.instance, self._ttl)}
+                renewed = await self._store.renew_leases(self.instance, self._ttl, list(asked))
             except Exception as exc:
-                log.warning("could not renew %d leases: %s", len(asked), exc)
+                self._unreachable(exc, f"could not renew {len(asked)} leases")
                 continue
+            self._reached()
+            kept = {lease.conversation_id for lease in renewed}
             for conversation_id, epoch in asked.items():
                 if conversation_id not in kept and self._held.get(conversation_id) == epoch:
-                    log.warning("lost the lease of %s (epoch %d): another instance may own it now",
-                                conversation_id, epoch)
+                    log.warning("lost the lease of %s (epoch %d): another instance owns it now", conversation_id, epoch)
                     self.forget(conversation_id)
-                    self.on_lost(conversation_id)
+                    self.events.put_nowait(LeaseLost(conversation_id))
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -183,60 +181,25 @@ class Ownership:
             try:
                 expired = await self._store.expired_leases()
             except Exception as exc:
-                log.warning("could not look for expired leases: %s", exc)
+                self._unreachable(exc, "could not look for expired leases")
                 continue
-            for lease in expired:
-                if lease.instance == self.instance and lease.conversation_id not in self._held:
-                    continue  # ours, already given up in memory: it is released by whoever claims it
-                try:
-                    await self.on_expired(lease)
-                except Exception:
-                    log.exception("could not take over %s from %s", lease.conversation_id, lease.instance)
+            self._reached()
+            if asyncio.get_running_loop().time() < self._quiet_until:
+                continue
+            # Ours are renewed (held) or given up (not): never taken over from ourselves.
+            theirs = [lease for lease in expired if lease.instance != self.instance]
+            for lease in theirs:
+                self.events.put_nowait(LeaseExpired(lease))
+            if theirs:
+                await self.events.join()  # taken over before the next look finds them again
 
-    # ---- forwarding -------------------------------------------------------------------------
+    def _unreachable(self, exc: Exception, what: str) -> None:
+        if not self._cut_off:
+            log.warning("%s: %s", what, exc)
+        self._cut_off = True
 
-    async def forward(self, instance: str, message: dict[str, Any], *, timeout: float = FORWARD_TIMEOUT) -> Answer:
-        """Sends a command to the instance that owns its conversation and waits for its answer
-        (OwnerUnreachable after `timeout` seconds)."""
-        request = uuid.uuid4().hex
-        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._answers[request] = answer
-        try:
-            await self._bus.send(instance, {**message, "k": "cmd", "id": request, "from": self.instance})
-            return await asyncio.wait_for(answer, timeout)
-        except asyncio.TimeoutError:
-            raise OwnerUnreachable(instance) from None
-        finally:
-            self._answers.pop(request, None)
-
-    def received(self, message: dict[str, Any]) -> None:
-        """A direct message from another instance: a command to run here, or an answer."""
-        if message.get("k") == "answer":
-            future = self._answers.get(message.get("id", ""))
-            if future is not None and not future.done():
-                future.set_result(Answer(message["status"], message.get("code", ""), message.get("message", "")))
-        elif message.get("k") == "cmd":
-            task = asyncio.get_running_loop().create_task(self._answer(message), name="forwarded-command")
-            self._tasks.append(task)
-            task.add_done_callback(self._tasks.remove)
-
-    async def _answer(self, message: dict[str, Any]) -> None:
-        try:
-            answer = await self.on_command(message)
-        except Exception:
-            log.exception("a forwarded command failed")
-            answer = Answer("rejected", "internal", "The server failed to handle that frame.")
-        reply = {"k": "answer", "id": message["id"], "status": answer.status, "code": answer.code,
-                 "message": answer.message}
-        try:
-            await self._bus.send(message["from"], reply)
-        except Exception as exc:
-            log.warning("could not answer a command forwarded by %s: %s", message.get("from"), exc)
-
-
-async def _nothing(lease: Lease) -> None:
-    return None
-
-
-async def _not_owner(message: dict[str, Any]) -> Answer:
-    return Answer("not_owner")
+    def _reached(self) -> None:
+        if self._cut_off:
+            self._cut_off = False
+            self._quiet_until = asyncio.get_running_loop().time() + self._ttl
+            log.warning("the database answers again: no lease is taken over for %.0f s", self._ttl)

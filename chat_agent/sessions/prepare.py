@@ -28,6 +28,7 @@ from chat_agent.ids import new_id
 from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.turn import Prepared
 from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
@@ -106,7 +107,7 @@ class TurnPreparer:
         self._memories = memories
         self._counter = counter
 
-    async def prepare(self, live: LiveConversation, message: MessageIn) -> tuple[Turn, VisibleMessage, list[dict]]:
+    async def prepare(self, live: LiveConversation, message: MessageIn) -> Prepared:
         """The turn, the user's message as the visible history keeps it, and its content as
         the model reads it."""
         plan = await self._plan(live, message)
@@ -125,20 +126,19 @@ class TurnPreparer:
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
                                 documents=self._documents, model=self._agent.model)
-        turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
-                    thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
-                    tool_choice=plan.tool_choice, window=plan.window, services=services,
-                    # a message can add tools to the server's list, never take one off it
-                    approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
-                                           self._settings.approval_timeout))
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
-        if plan.highlight is not None:
-            # The span edit needs only the excerpt: sending the history along with a forced
-            # tool_choice would process all of it again, uncached.
-            turn.focus = content
-        return turn, user, content
+        turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
+                    thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
+                    tool_choice=plan.tool_choice, window=plan.window, services=services,
+                    # The span edit needs only the excerpt: sending the history along with a
+                    # forced tool_choice would process all of it again, uncached.
+                    focus=content if plan.highlight is not None else None,
+                    # a message can add tools to the server's list, never take one off it
+                    approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
+                                           self._settings.approval_timeout))
+        return Prepared(turn, user, content)
 
     def _tool_names(self, message: MessageIn) -> list[str]:
         wanted = message.settings

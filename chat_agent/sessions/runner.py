@@ -1,7 +1,7 @@
 """Drives one turn: runs the loop and turns its events into frames.
 
 Whatever ends the turn (the model stopping, an error, abort), it returns the stop reason;
-the conversation (`LiveConversation`) then closes the turn. It knows nothing of sockets.
+the turn (`RunningTurn`) then closes itself. It knows nothing of sockets.
 """
 
 from __future__ import annotations
@@ -11,32 +11,43 @@ import logging
 from contextlib import aclosing
 from typing import Callable
 
-from chat_agent.agent.events import (ApprovalRequested, ArtifactDelta, ContextChanged, Event, TextDelta, ThinkingDelta, ToolEnded,
-                                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event,
+                                     ModelRetrying, ModelWaiting, TextDelta, ThinkingDelta, ToolEnded, ToolProgressed,
+                                     ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.agent.loop import Agent, Turn, run_turn
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame, StopReason,
-                                 ThinkingChunk, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame,
+                                 StatusFrame, StopReason, ThinkingChunk, ToolEnd, ToolProgress, ToolStart, Usage)
 from chat_agent.tracing import turn_span
 
 log = logging.getLogger(__name__)
 
 Publish = Callable[[ServerFrame], object]
+Notify = Callable[[StatusFrame], object]  # a frame outside the log: no seq, never stored
+WAITING = "The model has not answered yet."
+RETRYING = "The model API {reason}; trying again in {delay:.1f} s (attempt {attempt} of {attempts})."
 
 
 async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_id: str,
-                publish: Publish, turn_id: str | None = None) -> StopReason:
-    """Runs the loop until it stops, publishing a frame for every event. Abort is the
+                publish: Publish, turn_id: str | None = None,
+                notify: Notify = lambda frame: None) -> tuple[StopReason, Usage, str | None]:
+    """Runs the loop until it stops, publishing a frame for every event (`notify` gets the
+    `status` ones); how it stopped, what it used, and `done.detail`. Abort is the
     cancellation of the task awaiting this; it returns "aborted" then, it does not raise.
     The turn is traced as one span (`invoke_agent`), its model and tool calls as children."""
     stop: StopReason = "error"
+    usage, detail = Usage(), None
     with turn_span(turn.conversation_id, turn_id, turn.owner) as span:
         try:
             async with aclosing(run_turn(agent, manager, turn)) as events:
                 async for event in events:
                     if isinstance(event, TurnFinished):
-                        stop = event.stop_reason
+                        stop, usage, detail = event.stop_reason, event.usage, event.detail
+                    elif isinstance(event, (ModelWaiting, ModelRetrying)):
+                        notify(status_frame(event, message_id))
                     else:
+                        if isinstance(event, ContextChanged) and event.usage is not None:
+                            usage = event.usage  # kept if the turn is stopped before it finishes
                         if isinstance(event, TurnFailed):
                             span.failed(event.code)
                         publish(frame_for(event, message_id))
@@ -48,7 +59,16 @@ async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_
             publish(ErrorFrame(code="internal", message="Something went wrong on the server; the turn stopped."))
             stop = "error"
         span.stopped(stop)
-    return stop
+    return stop, usage, detail
+
+
+def status_frame(event: ModelWaiting | ModelRetrying, message_id: str) -> StatusFrame:
+    """PROTOCOL 1.2 "Live status" for a model call that is silent or tried again."""
+    if isinstance(event, ModelWaiting):
+        return StatusFrame(message_id=message_id, state="waiting_model", detail=WAITING,
+                           elapsed=round(event.elapsed, 3))
+    detail = RETRYING.format(reason=event.reason, delay=event.delay, attempt=event.attempt, attempts=event.attempts)
+    return StatusFrame(message_id=message_id, state="retrying", detail=detail, elapsed=round(event.elapsed, 3))
 
 
 def frame_for(event: Event, message_id: str) -> ServerFrame:
@@ -60,6 +80,8 @@ def frame_for(event: Event, message_id: str) -> ServerFrame:
             return ThinkingChunk(message_id=message_id, content=text)
         case ArtifactDelta(tool_id=tool_id, text=text):
             return ArtifactChunk(tool_id=tool_id, content=text)
+        case ArtifactChanged(frame=frame):
+            return frame
         case ToolStarted(tool_id=tool_id, name=name, input=tool_input):
             return ToolStart(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
         case ApprovalRequested(tool_id=tool_id, name=name, input=tool_input):

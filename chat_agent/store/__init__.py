@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chat_agent.store.base import ConstraintError, FencedOut, Fences, Store, StoreError
+from chat_agent.store.base import ConstraintError, FencedOut, Fences, Store, StoreError, StoreUnavailable
 from chat_agent.store.ops import (
     AddArtifactVersion,
     AddFile,
@@ -104,6 +104,7 @@ __all__ = [
     "StartTurn",
     "Store",
     "StoreError",
+    "StoreUnavailable",
     "TurnRecord",
     "TurnStatus",
     "UpsertHistoryItem",

@@ -36,6 +36,11 @@ class StoreError(Exception):
     """The store cannot do what was asked (not open, schema too new, ...)."""
 
 
+class StoreUnavailable(StoreError):
+    """The store cannot be reached or cannot write right now (a cut connection, a full disk):
+    what failed may succeed when tried again later."""
+
+
 class ConstraintError(StoreError):
     """An operation broke a constraint (a duplicate id or seq, an invalid value).
 
@@ -94,9 +99,10 @@ class Store(ABC):
         instance holds it unexpired. Atomic: of concurrent claimers, exactly one wins."""
 
     @abstractmethod
-    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
-        """Extends every unexpired lease `instance` holds to now + `ttl` (one statement);
-        returns them. A lease that expired is not revived: claim it again."""
+    async def renew_leases(self, instance: str, ttl: float, conversation_ids: Sequence[str]) -> list[Lease]:
+        """Extends to now + `ttl` each of these leases that `instance` still holds, expired or
+        not (one statement); returns them. One that expired while nobody claimed it is kept,
+        at its epoch: its holder was only cut off, and what it wrote meanwhile still goes in."""
 
     @abstractmethod
     async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:

@@ -33,11 +33,14 @@ CLAIM = (
     " WHERE leases.instance IN ('', excluded.instance) OR leases.expires_at <= {now}"
     f" RETURNING {_COLUMNS}"
 )
-# On PostgreSQL the rows are locked in id order first ({lock}), the order in which a fenced
-# apply share-locks them: a renewal and an apply of one instance never deadlock.
+# The leases the instance holds (?3, a JSON array of ids) and still has, expired or not: one
+# that expired while nobody took it (the instance was cut off from the database) is still its
+# own, at the same epoch, so what it wrote meanwhile can still be stored. On PostgreSQL the
+# rows are locked in id order first ({lock}), the order in which a fenced apply share-locks
+# them: a renewal and an apply of one instance never deadlock.
 RENEW = (
     "UPDATE leases SET expires_at = {now} + ?2 WHERE conversation_id IN (SELECT conversation_id"
-    " FROM leases WHERE instance = ?1 AND expires_at > {now} ORDER BY conversation_id{lock})"
+    " FROM leases WHERE instance = ?1 AND conversation_id IN ({ids}) ORDER BY conversation_id{lock})"
     " AND instance = ?1"
     f" RETURNING {_COLUMNS}"
 )
@@ -58,6 +61,7 @@ _NUMBERED = re.compile(r"\?(\d+)")
 
 def for_sqlite(template: str) -> str:
     """The statement with `{now}` as the parameter after its others (pass `time.time()` last)."""
+    template = template.replace("{ids}", "SELECT value FROM json_each(?3)")
     after = max((int(n) for n in _NUMBERED.findall(template)), default=0) + 1
     return template.format(now=f"?{after}", lock="")
 
@@ -66,7 +70,8 @@ PG_NOW = "CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"
 
 
 def for_postgres(template: str) -> str:
-    return to_postgres(template.format(now=PG_NOW, lock=" FOR UPDATE"))
+    return to_postgres(template.format(now=PG_NOW, lock=" FOR UPDATE",
+                                       ids="SELECT json_array_elements_text(CAST(?3 AS json))"))
 
 
 def check_instance(instance: str) -> None:

@@ -20,10 +20,10 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from chat_agent.store import leases, reads, writes
-from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError
+from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
 from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
@@ -145,6 +145,12 @@ class PostgresStore(Store):
         steps = writes.plan(ops)
         if not steps:
             return
+        try:
+            await self._apply(steps, fences)
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    async def _apply(self, steps: list[tuple[str, list[Any]]], fences: Fences | None) -> None:
         async with self._connection() as conn:
             try:
                 async with conn.pipeline(), conn.transaction():
@@ -170,8 +176,9 @@ class PostgresStore(Store):
         rows = await self._fetch(_CLAIM, (conversation_id, instance, float(ttl)))
         return leases.lease(rows[0]) if rows else None
 
-    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
-        return [leases.lease(row) for row in await self._fetch(_RENEW, (instance, float(ttl)))]
+    async def renew_leases(self, instance: str, ttl: float, conversation_ids: Sequence[str]) -> list[Lease]:
+        ids = json.dumps(list(conversation_ids))
+        return [leases.lease(row) for row in await self._fetch(_RENEW, (instance, float(ttl), ids))]
 
     async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
         await self._fetch(to_postgres(leases.RELEASE), (conversation_id, instance, epoch))

@@ -204,8 +204,9 @@ class SqliteStore(Store):
         rows = await self._write(_CLAIM, (conversation_id, instance, ttl, time.time()))
         return leases.lease(rows[0]) if rows else None
 
-    async def renew_leases(self, instance: str, ttl: float) -> list[Lease]:
-        return [leases.lease(row) for row in await self._write(_RENEW, (instance, ttl, time.time()))]
+    async def renew_leases(self, instance: str, ttl: float, conversation_ids: Sequence[str]) -> list[Lease]:
+        ids = json.dumps(list(conversation_ids))
+        return [leases.lease(row) for row in await self._write(_RENEW, (instance, ttl, ids, time.time()))]
 
     async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
         await self._write(leases.RELEASE, (conversation_id, instance, epoch))

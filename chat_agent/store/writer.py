@@ -11,10 +11,14 @@ own, after the others' (order within a scope is kept; scopes never touch each ot
 
 A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
 see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
-that conversation only. The ops of a scope that cannot be stored are lost: callbacks waiting
-on them never run (a submit spanning scopes is told only if all of it was stored), later
-submissions of that scope are refused until `reopen`, and `on_lost` is told, so that whoever
-holds the scope's state in memory brings it back in line with the store.
+that conversation only. A store that is unavailable (a cut connection, a full disk) loses
+nothing: what it refused waits at the head of the queue, in order, and is tried again with
+a growing pause until the store takes it; meanwhile the writer says it is `unavailable` (and
+puts False, then True once it is back, in `availability`). The ops of a scope that can never
+be stored (a broken constraint, another instance's lease) are lost: callbacks waiting on
+them never run (a submit spanning scopes is told only if all of it was stored), later
+submissions of that scope are refused until `reopen`, and the scope is put in `losses`, so
+that whoever holds the scope's state in memory brings it back in line with the store.
 
 With several instances, a conversation's writes are fenced by the lease its instance holds
 (`fence`): each submit of that scope from then on carries the lease's `(instance, epoch)`,
@@ -27,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from chat_agent.store.base import ConstraintError, FencedOut, Store, StoreError
+from chat_agent.store.base import ConstraintError, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.ops import AddArtifactVersion, AppendEvents, AppendHistory, Op, ReplaceHistory, op_scope
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,12 @@ SETTLED = 16
 # Seconds a write that nobody waits for (no callback, no `wait_for`) may wait for the next
 # commit; see `_submit`.
 DEFER = 0.02
+# Seconds between attempts while the store is unavailable: the first pause, doubled up to the
+# longest. An attempt that has not ended after APPLY_TIMEOUT seconds failed (a hung connection).
+RETRY_FIRST, RETRY_LONGEST = 0.1, 2.0
+APPLY_TIMEOUT = 15.0
+# Failures that say the store is unavailable, not that the write is wrong: waited out.
+UNAVAILABLE = (StoreUnavailable, OSError, TimeoutError, sqlite3.OperationalError)
 
 
 class NotStored(StoreError):
@@ -88,7 +99,9 @@ class _Submission:
     scope: str
     outcome: _Outcome
     fence: tuple[str, int] | None = None  # the scope's lease when it was submitted
+    ticket: int = 0  # of its submit
     lost: bool = False
+    failures: int = 0  # attempts that failed for a reason other than an unavailable store
 
 
 def _coalesce(ops: list[Op]) -> list[Op]:
@@ -141,7 +154,7 @@ def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
 
 
 class StoreWriter:
-    def __init__(self, store: Store, *, retry_delay: float = 0.2, attempts: int = 3):
+    def __init__(self, store: Store, *, retry_delay: float = RETRY_FIRST, attempts: int = 3):
         self._store = store
         self._queue: list[_Submission] = []
         self._wake = asyncio.Event()
@@ -157,8 +170,11 @@ class StoreWriter:
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
         self._asked_at = 0.0  # when the pending commit was first asked for (perf_counter)
         self._busy = False  # whether the event loop was found busy before this batch
-        # Told (synchronously, from the writer's task) which scope lost writes.
-        self.on_lost: Callable[[str], None] = lambda scope: None
+        # The scopes that lost writes, in order, for whoever brings them back in line.
+        self.losses: asyncio.Queue[str] = asyncio.Queue()
+        self._unavailable_since: float | None = None  # monotonic
+        # False when the store became unavailable, True when it took everything again.
+        self.availability: asyncio.Queue[bool] = asyncio.Queue()
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
@@ -183,7 +199,7 @@ class StoreWriter:
             if scope in self._lost:
                 outcome.settle(committed=False)  # its state is being brought back in line
             else:
-                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope)))
+                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1))
         self._submitted += 1
         if on_commit is not None or done is not None:
             self._ask()
@@ -223,9 +239,19 @@ class StoreWriter:
     def ticket(self) -> int:
         return self._submitted
 
+    @property
+    def unavailable(self) -> bool:
+        """Whether writes wait for the store to take them again."""
+        return self._unavailable_since is not None
+
+    def unavailable_for(self) -> float:
+        """Seconds the store has been unavailable (0 when it is not)."""
+        since = self._unavailable_since
+        return 0.0 if since is None else time.monotonic() - since
+
     async def wait_for(self, ticket: int) -> None:
         """Returns once the submit that got `ticket` (and all before it) is processed:
-        committed, or lost and reported to `on_lost`."""
+        committed, or lost and reported in `losses`."""
         if ticket <= self._processed:
             return
         self._ask()  # someone waits: no deferring
@@ -247,6 +273,7 @@ class StoreWriter:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _run(self) -> None:
+        pause = self._retry_delay
         while True:
             await self._wake.wait()
             # A loop so busy that waking up took longer than settling may: what settling
@@ -260,11 +287,35 @@ class StoreWriter:
                 self._deferred = None
             batch, ticket = self._queue, self._submitted
             self._queue = []
+            waiting: list[_Submission] = []
             for part in _split(batch):
                 if part:
-                    await self._commit(part)
-            self._processed = ticket
-            self._release(ticket)
+                    waiting += await self._commit(part)
+            if waiting:  # the store is unavailable: they go first, once it takes writes again
+                self._queue = waiting + self._queue
+                ticket = min(s.ticket for s in waiting) - 1
+                self._went(available=False)
+            else:
+                self._went(available=True)
+            self._processed = max(self._processed, ticket)
+            self._release(self._processed)
+            if waiting:
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_LONGEST)
+                self._wake.set()
+            else:
+                pause = self._retry_delay
+
+    def _went(self, *, available: bool) -> None:
+        if available == (self._unavailable_since is None):
+            return
+        if available:
+            log.warning("the store takes writes again, after %.1f s", self.unavailable_for())
+            self._unavailable_since = None
+        else:
+            log.warning("the store is unavailable: %d writes wait for it, in order", len(self._queue))
+            self._unavailable_since = time.monotonic()
+        self.availability.put_nowait(available)
 
     async def _settle(self) -> bool:
         """Lets the event loop run until it has nothing else to do before a commit. What a
@@ -288,17 +339,21 @@ class StoreWriter:
                 return True
         return True
 
-    async def _commit(self, batch: list[_Submission]) -> None:
-        """Writes the submissions and runs their callbacks (those stored) in order."""
+    async def _commit(self, batch: list[_Submission]) -> list[_Submission]:
+        """Writes the submissions and runs their callbacks (those stored) in order; returns
+        those to try again (the store was unavailable), in order."""
         started = time.monotonic()
-        await self._write(batch)
+        waiting = await self._write(batch)
         took = time.monotonic() - started
         if took > SLOW_COMMIT:
             log.warning("a store commit of %d submissions took %.0f ms", len(batch), took * 1000)
+        again = {id(s) for s in waiting}
         for submission in batch:
-            submission.outcome.settle(committed=not submission.lost)
+            if id(submission) not in again:
+                submission.outcome.settle(committed=not submission.lost)
+        return waiting
 
-    async def _write(self, batch: list[_Submission]) -> None:
+    async def _write(self, batch: list[_Submission]) -> list[_Submission]:
         error = await self._try(batch)
         # The store names every conversation whose lease changed hands: those are lost at
         # once, and the rest goes in again together.
@@ -307,31 +362,43 @@ class StoreWriter:
                 self._lose(scope, [s for s in batch if s.scope == scope], error)
             batch = [s for s in batch if s.scope not in fenced]
             if not batch:
-                return
+                return []
             error = await self._try(batch)
         if error is None:
-            return
-        log.warning("a store commit of %d submissions failed (%s); retrying scope by scope", len(batch), error)
+            return []
+        if not self.unavailable:
+            log.warning("a store commit of %d submissions failed (%s); trying scope by scope", len(batch), error)
+        return await self._by_scope(batch)
+
+    async def _by_scope(self, batch: list[_Submission]) -> list[_Submission]:
+        """Tries each scope in a transaction of its own; returns the submissions to try again.
+        A broken constraint never heals, nor does a lease another instance took: lost. An
+        unavailable store is waited out; once two scopes in a row found it so, the others
+        wait too, untried (a cut database would fail each after its own timeout)."""
         pending: dict[str, list[_Submission]] = {}
         for submission in batch:
             pending.setdefault(submission.scope, []).append(submission)
-        # A busy or briefly failing disk gets a few more tries; a broken constraint never
-        # heals, nor does a lease another instance took.
-        for attempt in range(1, self._attempts + 1):
-            failed: dict[str, tuple[list[_Submission], Exception]] = {}
-            for scope, submissions in pending.items():
-                error = await self._try(submissions)
-                if error is not None:
-                    failed[scope] = (submissions, error)
-            pending = {}
-            for scope, (submissions, error) in failed.items():
-                if isinstance(error, (ConstraintError, FencedOut)) or attempt == self._attempts:
-                    self._lose(scope, submissions, error)
-                else:
-                    pending[scope] = submissions
-            if not pending:
-                return
-            await asyncio.sleep(self._retry_delay * attempt)
+        waiting: list[_Submission] = []
+        unavailable = 0
+        for scope, submissions in pending.items():
+            if unavailable >= 2:
+                waiting += submissions
+                continue
+            error = await self._try(submissions)
+            if error is None:
+                unavailable = 0
+            elif isinstance(error, (ConstraintError, FencedOut)):
+                self._lose(scope, submissions, error)
+            elif isinstance(error, UNAVAILABLE):
+                unavailable += 1
+                waiting += submissions
+            elif max(s.failures for s in submissions) + 1 >= self._attempts:
+                self._lose(scope, submissions, error)  # not the store's state: something no retry mends
+            else:
+                for submission in submissions:
+                    submission.failures += 1
+                waiting += submissions
+        return waiting
 
     async def _try(self, submissions: list[_Submission]) -> Exception | None:
         """Commits the submissions' ops in one transaction; the error if that failed."""
@@ -342,8 +409,9 @@ class StoreWriter:
             if submission.fence is not None:
                 fences.setdefault(submission.scope, submission.fence)
         try:
-            await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None,
-                                    busy=self._busy)
+            async with asyncio.timeout(APPLY_TIMEOUT):
+                await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None,
+                                        busy=self._busy)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -364,10 +432,7 @@ class StoreWriter:
             self._queue.remove(submission)
             submission.outcome.settle(committed=False)
         self._lost.add(scope)
-        try:
-            self.on_lost(scope)
-        except Exception:
-            log.exception("on_lost failed for %s", scope)
+        self.losses.put_nowait(scope)
 
     def _release(self, ticket: int) -> None:
         still: list[tuple[int, asyncio.Future[None]]] = []

@@ -39,9 +39,9 @@ class _Frames:
     """A listener on the conversation, like a socket: its committed frames, in seq order."""
 
     def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[int, str] | object] = asyncio.Queue()
+        self.queue: asyncio.Queue[tuple[int | None, str] | object] = asyncio.Queue()
 
-    def deliver(self, seq: int, text: str) -> None:
+    def deliver(self, seq: int | None, text: str) -> None:
         self.queue.put_nowait((seq, text))
 
     def close(self, code: int, text: str | None = None) -> None:
@@ -157,7 +157,7 @@ class _Run:
             if item is _DONE:
                 for event in run.refused("internal", "The conversation went away during the run."):
                     yield event
-            elif isinstance(item, asyncio.Task):
+            elif isinstance(item, asyncio.Future):
                 preparing = None
                 exc = None if item.cancelled() else item.exception()
                 if isinstance(exc, FrameRejected):
@@ -168,7 +168,7 @@ class _Run:
                     yield event
 
 
-async def _next(frames: _Frames, preparing: asyncio.Task[None] | None) -> tuple[int, str] | object:
+async def _next(frames: _Frames, preparing: asyncio.Future[object] | None) -> tuple[int, str] | object:
     """The next frame, or the preparation task once it ended (a refusal ends the run)."""
     if preparing is None or not frames.queue.empty():
         return await frames.queue.get()

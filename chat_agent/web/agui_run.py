@@ -12,7 +12,8 @@ second agent loop.
   WebSocket's ArtifactState): `STATE_SNAPSHOT` first, `STATE_DELTA` (JSON Patch) on change;
 - `CUSTOM` for what AG-UI has no event of its own for: `title`, `context`
   (`context_update`), `context_cleared`, `artifact_chunk` (the artifact as the model writes
-  it), `tool_progress`, `approval_request` (answered over the WebSocket);
+  it), `tool_progress`, `approval_request` (answered over the WebSocket), `status` (a silent
+  model, a retried call);
 - `done` ends the run: `RUN_FINISHED` (`result`: stop reason, usage, message id;
   `outcome: cancelled` when aborted) or `RUN_ERROR` for a turn that failed.
 """
@@ -32,7 +33,7 @@ from ag_ui.core import (BaseEvent, CustomEvent, ReasoningEndEvent, ReasoningMess
 from chat_agent import edits
 from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
                                  ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, ServerFrame,
-                                 ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+                                 StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
 
 
 class AgUiRun:
@@ -89,7 +90,7 @@ class AgUiRun:
                 return [*self._set({**self.state, "title": title}), *self._custom("title", {"title": title})]
             case ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized):
                 return self._custom("context", {"tokens": tokens, "maxTokens": max_tokens, "summarized": summarized})
-            case ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared():
+            case ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared() | StatusFrame():
                 return self._custom(frame.type, frame.model_dump(mode="json", exclude={"type", "seq",
                                                                                        "conversation_id"}))
             case ErrorFrame():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
@@ -21,7 +21,6 @@ from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.pg_queue import ProcrastinateQueue
 from chat_agent.sessions.queue import JobQueue, LocalQueue
-from chat_agent.sessions.recovery import recover
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web import agui_routes, canvas_routes, history_routes, http, page, upload_routes
@@ -43,36 +42,31 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        the_store = store or create_store(settings.database_url, settings.data_dir)
-        await the_store.open()
-        writer = StoreWriter(the_store)
-        writer.start()
-        the_model = model or (DemoModel() if settings.demo else model_client(settings))
-        agent = Agent(the_model, tools, settings)
-        bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
-        hub = Hub(settings, the_store, writer, agent, TokenCounter(), open_files(settings, the_store, writer), bus=bus,
-                  queue=_job_queue(settings, bus.instance))
-        await bus.start(hub.bus_handlers())
-        await hub.ownership.start()
-        await _check_shared_files(settings, hub)
-        await recover(hub)
-        await hub.jobs.start()
-        await tools.start()  # MCP servers: one that is down shows its tools disabled, never stops us
-        app.state.hub = hub
-        app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
-        log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
-                 ", ".join(tools.enabled()) or "none")
-        try:
+        # Each part is closed in the reverse order it was opened, also when a later one fails to start.
+        async with AsyncExitStack() as stack:
+            the_store = store or create_store(settings.database_url, settings.data_dir)
+            await the_store.open()
+            stack.push_async_callback(the_store.close)
+            writer = StoreWriter(the_store)
+            writer.start()
+            stack.push_async_callback(writer.close)
+            the_model = model or (DemoModel() if settings.demo else model_client(settings))
+            stack.push_async_callback(the_model.close)
+            files = open_files(settings, the_store, writer)
+            stack.push_async_callback(files.close)
+            await tools.start()  # MCP servers: one that is down shows its tools disabled, never stops us
+            stack.push_async_callback(tools.close)
+            bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
+            hub = Hub(settings, the_store, writer, Agent(the_model, tools, settings), TokenCounter(), files, bus=bus,
+                      queue=_job_queue(settings, bus.instance))
+            await stack.enter_async_context(hub.running())
+            await _check_shared_files(settings, hub)
+            await hub.start_work()
+            app.state.hub = hub
+            app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
+            log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
+                     ", ".join(tools.enabled()) or "none")
             yield
-        finally:
-            await hub.shutdown()
-            await tools.close()
-            await hub.ownership.close()
-            await bus.close()
-            await hub.files.close()
-            await writer.close()
-            await the_store.close()
-            await the_model.close()
 
     routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint), *page.routes]
@@ -100,7 +94,6 @@ async def _check_shared_files(settings: Settings, hub: Hub) -> None:
         return
     others = await hub.ownership.others()
     if others:
-        await hub.ownership.close()
         raise ConfigError(
             f"{len(others)} other instance(s) of chat-agent run on this database ({', '.join(others)}), and this "
             "one keeps files in its local data directory, which the others cannot read: with several "

@@ -15,8 +15,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from chat_agent.web.auth import authenticate
 from chat_agent.sessions.commands import for_sender
-from chat_agent.sessions.hub import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Hub
+from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
@@ -75,7 +76,8 @@ class Connection:
         # Made when something is queued and dropped once sent: an empty deque is ~760 bytes.
         self._out: deque[tuple[int | None, str, int] | _Replay] | None = None
         self._wake = _Wake()
-        self._last_seq = 0
+        self._last_seq = 0  # the newest seq this socket holds: in its `session`, or sent as a frame
+        self._sent_seq = 0  # the newest seq sent as a frame: a replay never sends one again
         self._backlogs = backlogs
         self._sender: asyncio.Task[None] | None = None
         self._closing: tuple[int, str | None] | None = None
@@ -83,7 +85,7 @@ class Connection:
 
     # ---- Listener ---------------------------------------------------------------------------
 
-    def deliver(self, seq: int, text: str) -> None:
+    def deliver(self, seq: int | None, text: str) -> None:
         self._queue(seq, text)
 
     def close(self, code: int, text: str | None = None) -> None:
@@ -158,7 +160,7 @@ class Connection:
                 if seq is not None:
                     if seq <= self._last_seq:
                         continue  # already in the snapshot or a replay
-                    self._last_seq = seq
+                    self._last_seq = self._sent_seq = seq
                 await self.ws.send_text(text)
             self._out = None
             if self._closing is not None:
@@ -166,10 +168,13 @@ class Connection:
 
     async def _replay(self, after_seq: int) -> None:
         live = self.live
-        events = await self.hub.store.events_after(live.owner, live.id, after_seq)
+        # Each seq reaches a socket at most once, in increasing order: what it was sent as a
+        # frame already is not sent again (what its `session` summed up may be).
+        events = await self.hub.store.events_after(live.owner, live.id, max(after_seq, self._sent_seq))
         for event in events:
             await self.ws.send_text(event.frame)
             self._last_seq = max(self._last_seq, event.seq)
+            self._sent_seq = event.seq
 
     async def _receive_loop(self) -> None:
         limit = self.hub.settings.max_frame_bytes
@@ -207,13 +212,13 @@ class Connection:
         not answer is told to this socket only.)"""
         self._local_error(exc.code, exc.message)
 
-    def _started(self, task: asyncio.Task[None]) -> None:
+    def _started(self, started: asyncio.Future[object]) -> None:
         """The outcome of a message's preparation (its attachments checked, its turn started)."""
-        if task.cancelled():
-            return  # aborted: the hub has published `done`
-        exc = task.exception()
+        if started.cancelled():
+            return  # aborted: the turn has published `done`
+        exc = started.exception()
         if isinstance(exc, FrameRejected):
-            if for_sender(exc) or task.get_name().startswith("forward:"):
+            if for_sender(exc):
                 self._reject(exc)  # else the owner published it
         elif exc is not None:
             log.error("failed to start a turn", exc_info=exc)

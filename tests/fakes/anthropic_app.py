@@ -234,13 +234,14 @@ async def _respond(backend: FakeBackend, body: dict[str, Any], record: RecordedR
     events = stream_events(message, reply)
     cut, hang = _cut(item, reply, len(events))
     if not body.get("stream"):
-        return _non_streaming(backend, record, item, message, hang, lead_delay=reply.delay * len(events))
+        return _non_streaming(backend, record, item, message, hang,
+                              lead_delay=reply.lead_delay + reply.delay * len(events))
     parts = [e.encode() for e in events[:cut]]
     if isinstance(item, Fault) and item.kind == "midstream_error":
         error = {"type": "error", "error": {"type": item.error_type, "message": item.message}}
         parts.append(SSE("error", error).encode())
     headers = {"content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache"}
-    return _Guarded(backend, record, headers, _Plan(parts, reply.delay, hang=hang))
+    return _Guarded(backend, record, headers, _Plan(parts, reply.delay, reply.lead_delay, hang=hang))
 
 
 def _cut(item: Item, reply: Reply, total: int) -> tuple[int, bool]:
@@ -287,9 +288,9 @@ def error_response(err: ApiError, record: RecordedRequest, headers: dict[str, st
 class _Plan:
     parts: list[bytes]
     delay: float = 0.0  # seconds between parts
-    lead_delay: float = 0.0  # seconds before the first part
+    lead_delay: float = 0.0  # seconds before the first part (a stream's headers too)
     hang: bool = False  # after the parts, wait for the client to leave
-    streaming: bool = True  # a stream sends its headers at once; a plain reply only when it is ready
+    streaming: bool = True  # a stream sends its headers at once (unless told to wait); a plain reply when it is ready
 
 
 class _Guarded:
@@ -321,7 +322,7 @@ class _Guarded:
 
     async def _pump(self, send: Send) -> None:
         plan = self.plan
-        if plan.streaming:
+        if plan.streaming and not plan.lead_delay:
             await self._start(send)
         await anyio.sleep(plan.lead_delay)
         for n, part in enumerate(plan.parts):

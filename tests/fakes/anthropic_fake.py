@@ -10,7 +10,8 @@ faults per reply, and logs every request. Odd replies the real API sends can be 
 `Reply(..., cut=True)` (the output limit strikes in the last block: thinking without a
 signature, a tool call without `content_block_stop`), `ToolUse(name, raw_json="{broken")`,
 `Reply(..., stop_reason="refusal", stop_details={...})`, and
-`stop_reason="model_context_window_exceeded"`. With nothing
+`stop_reason="model_context_window_exceeded"`; a model silent before its first byte is
+`Reply(..., lead_delay=12)` (nothing at all, headers included, for 12 s). With nothing
 scripted it answers from the last user message (see `anthropic_default`).
 
 Standalone: `python -m tests.fakes.anthropic_fake --port 0` prints its base URL and serves.

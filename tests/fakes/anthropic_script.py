@@ -58,6 +58,9 @@ class Reply:
     usage: dict[str, int] | None = None  # overrides fields of the computed usage
     chunk_size: int | None = None  # characters per text_delta / partial_json piece
     delay: float = 0.0  # seconds between SSE events
+    # Seconds of silence before anything is sent, HTTP headers included: an API that took the
+    # request and says nothing yet (overloaded behind a proxy, a model still loading).
+    lead_delay: float = 0.0
     hang_after_events: int | None = None  # stop sending and wait for the client to leave
     model: str | None = None  # None: echo the request's model
     # The output limit struck inside the last block: a thinking block gets no signature

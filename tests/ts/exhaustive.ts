@@ -53,6 +53,9 @@ export function describe(frame: ServerFrame): string {
         (frame.detail === undefined ? "" : ` (${frame.detail})`);
     case "error":
       return `${frame.code}: ${frame.message}${frame.seq === undefined ? "" : ` at ${frame.seq}`}`;
+    case "status":
+      // 1.2 "Live status": never in the event log, so no seq; messageId only when about a reply.
+      return `${frame.state} ${frame.elapsed.toFixed(1)} ${frame.detail}${frame.messageId == null ? "" : ` ${frame.messageId}`}`;
     case "pong":
       return "pong";
     default:

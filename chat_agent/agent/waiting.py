@@ -1,0 +1,120 @@
+"""A model call as its user lives it: told while it is silent, given up once it stays so.
+
+The call's stream runs in a task of its own, every step of it in that one task (as the SDKs
+and their HTTP clients expect), and hands its items over; the caller waits for the next item
+or for a clock, whichever comes first. So it can say "still waiting" at a steady pace while
+the model has sent nothing (`ModelWaiting`), and end the call with an error once the model
+has sent nothing for `idle` seconds, before its first item or between two. A `Retry` of the
+client is told as `ModelRetrying`; the wait it announces is not silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from contextlib import aclosing
+from typing import AsyncIterator, Union
+
+from chat_agent.agent.events import ModelRetrying, ModelWaiting
+from chat_agent.model import LLMError, Retry, StreamItem
+
+log = logging.getLogger(__name__)
+
+IDLE_ERROR = "The model API sent nothing for {idle:g} s, so the call was given up (CHAT_AGENT_MODEL_IDLE_TIMEOUT)."
+BUFFER = 256  # items the stream may run ahead of its caller before it waits
+_TIMEOUT, _END = object(), object()
+
+Watched = Union[StreamItem, ModelWaiting, ModelRetrying]
+
+
+def _wake(future: asyncio.Future[None] | None) -> None:
+    if future is not None and not future.done():
+        future.set_result(None)
+
+
+class _Relay:
+    """A stream run by a task of its own; `next(deadline)` is its next item, `_END` after the
+    last, `_TIMEOUT` when the deadline came first. The stream's error is raised by `next`
+    once the items before it were taken."""
+
+    def __init__(self, stream: AsyncIterator[StreamItem]):
+        self._loop = asyncio.get_running_loop()
+        self._items: deque[StreamItem] = deque()
+        self._ended = False
+        self._error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None  # the caller, waiting for an item
+        self._room: asyncio.Future[None] | None = None  # the stream, waiting for the caller to take some
+        self._task = self._loop.create_task(self._pump(stream), name="model-call")
+
+    async def _pump(self, stream: AsyncIterator[StreamItem]) -> None:
+        try:
+            async with aclosing(stream) as items:  # type: ignore[type-var]
+                async for item in items:
+                    self._items.append(item)
+                    _wake(self._waiter)
+                    if len(self._items) >= BUFFER:
+                        self._room = self._loop.create_future()
+                        await self._room
+        except Exception as exc:  # the caller raises it; cancellation passes through
+            self._error = exc
+        finally:
+            self._ended = True
+            _wake(self._waiter)
+
+    async def next(self, deadline: float) -> object:
+        while not self._items and not self._ended:
+            if self._loop.time() >= deadline:
+                return _TIMEOUT
+            self._waiter = self._loop.create_future()
+            timer = self._loop.call_at(deadline, _wake, self._waiter)
+            try:
+                await self._waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        if self._items:
+            _wake(self._room)
+            return self._items.popleft()
+        if self._error is not None:
+            raise self._error
+        return _END
+
+    async def close(self) -> None:
+        """Stops the stream (closing its HTTP response) and waits until it has."""
+        self._task.cancel()
+        await asyncio.gather(self._task, return_exceptions=True)
+
+
+async def watched(stream: AsyncIterator[StreamItem], *, every: float, idle: float) -> AsyncIterator[Watched]:
+    """Yields what `stream` yields, a `ModelWaiting` every `every` seconds until its first
+    item, and a `ModelRetrying` for each `Retry`. Raises LLMError when it yields nothing for
+    `idle` seconds (a retry's announced wait not counted)."""
+    loop = asyncio.get_running_loop()
+    relay = _Relay(stream)
+    started = loop.time()
+    tick: float | None = started + every  # the next "still waiting"; None once something came
+    quiet_until = started + idle
+    try:
+        while True:
+            item = await relay.next(quiet_until if tick is None else min(tick, quiet_until))
+            now = loop.time()
+            if item is _END:
+                return
+            if item is _TIMEOUT and now >= quiet_until:
+                log.warning("the model sent nothing for %g s; giving the call up", idle)
+                raise LLMError("llm_error", IDLE_ERROR.format(idle=idle))
+            if item is _TIMEOUT:
+                assert tick is not None
+                yield ModelWaiting(now - started)
+                while tick <= loop.time():  # a steady pace from the call's start, whatever the delays
+                    tick += every
+            elif isinstance(item, Retry):
+                yield ModelRetrying(item.attempt, item.attempts, item.reason, item.delay, now - started)
+                quiet_until = loop.time() + item.delay + idle
+            else:
+                tick = None
+                yield item  # type: ignore[misc]
+                quiet_until = loop.time() + idle
+    finally:
+        await relay.close()

@@ -1,0 +1,239 @@
+"""The conversations open in this process: found, opened (loaded from the store), created,
+and let go once nobody listens and nothing runs.
+
+A conversation stays in memory while someone listens or a turn runs, so a turn survives
+its socket and every connection sees the same live state. With several instances, opening
+one also settles who owns it (`ownership`): a turn the store holds as running is closed
+here when this instance can take the conversation, else followed from its owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Coroutine
+
+from chat_agent.canvas.artifact import Canvas
+from chat_agent.config import Settings
+from chat_agent.context.conversation import ConversationManager
+from chat_agent.context.tokens import TokenCounter
+from chat_agent.ids import new_id
+from chat_agent.protocol import ErrorFrame
+from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.bus import Bus
+from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
+from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
+from chat_agent.sessions.live import Listener, LiveConversation
+from chat_agent.sessions.messages import RunJob
+from chat_agent.sessions.ownership import Claim, Ownership
+from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversation, HistorySize, Store, StoreWriter
+
+log = logging.getLogger(__name__)
+
+CLOSE_NOT_FOUND = 4404  # the conversation is gone
+CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
+# What an open conversation holds: no history, only the model-facing history's size.
+Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
+# A lease released or expired between looking and forwarding: look again, a little later.
+CLAIM_ATTEMPTS = 20
+CLAIM_RETRY = 0.05
+JOB_TIMEOUT = 120.0  # seconds an owner has to run a background job handed to it (a title)
+
+
+class Registry:
+    def __init__(self, settings: Settings, store: Store, writer: StoreWriter, counter: TokenCounter, bus: Bus,
+                 ownership: Ownership, forwarder: Forwarder):
+        self.settings = settings
+        self.store = store
+        self.writer = writer
+        self.bus = bus
+        self.ownership = ownership
+        self._forwarder = forwarder
+        self._counter = counter
+        self._live: dict[str, LiveConversation] = {}
+        self._loading: dict[str, asyncio.Lock] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def get(self, conversation_id: str) -> LiveConversation | None:
+        return self._live.get(conversation_id)
+
+    def live(self, owner: str, conversation_id: str) -> LiveConversation | None:
+        live = self._live.get(conversation_id)
+        return live if live is not None and live.owner == owner else None
+
+    def all(self) -> list[LiveConversation]:
+        return list(self._live.values())
+
+    # ---- listeners ----------------------------------------------------------------------------
+
+    async def attach(self, owner: str, conversation_id: str | None, listener: Listener) -> LiveConversation | None:
+        """Opens (or creates, with no id) a conversation and adds the listener to it, or
+        returns None when it does not exist for this owner."""
+        live = await (self._create(owner) if conversation_id is None else self.open(owner, conversation_id))
+        if live is not None:
+            live.listeners.add(listener)
+        return live
+
+    async def attach_thread(self, owner: str, thread_id: str, listener: Listener) -> LiveConversation | None:
+        """`attach` for a client that names the conversation itself (AG-UI's threadId): the
+        caller's conversation of that id, created under it when nobody has one; None when
+        the id is someone else's."""
+        live = await self.open(owner, thread_id)
+        if live is None:
+            async with self._loading.setdefault(thread_id, asyncio.Lock()):
+                live = self._live.get(thread_id)
+                if live is None and not await self.store.conversation_taken(thread_id):
+                    live = await self._create(owner, thread_id)
+            self._loading.pop(thread_id, None)
+        if live is None or live.owner != owner:
+            return None
+        live.listeners.add(listener)
+        return live
+
+    def detach(self, live: LiveConversation, listener: Listener) -> None:
+        live.listeners.discard(listener)
+        self.release(live)
+
+    def release(self, live: LiveConversation) -> None:
+        """Forgets the conversation when nobody listens and nothing runs; its lease goes too."""
+        if not live.listeners and not live.busy and self._live.get(live.id) is live:
+            del self._live[live.id]
+            if live.follower is not None:
+                live.follower.stop()
+            self.let_go(live.id)
+
+    def let_go(self, conversation_id: str) -> None:
+        """Gives the lease back, unless the conversation is busy again by then: the next
+        command, wherever it arrives, takes it without a hop to this instance."""
+        def idle() -> bool:
+            live = self._live.get(conversation_id)
+            return live is None or not live.busy
+
+        if self.ownership.holds(conversation_id):
+            self.spawn(self.ownership.release(conversation_id, idle), f"release:{conversation_id}")
+
+    def close_all(self, live: LiveConversation, code: int, frame: ErrorFrame) -> None:
+        """Closes every socket on the conversation with `frame` and forgets it."""
+        text = frame.to_json()
+        for listener in tuple(live.listeners):
+            listener.close(code, text)
+        live.listeners.clear()
+        if self._live.get(live.id) is live:
+            del self._live[live.id]
+
+    def spawn(self, job: Coroutine[Any, Any, Any], name: str) -> None:
+        """Runs `job` in the background, held until it ends (an abort sent by a request that
+        is going away must still be carried out)."""
+        task = asyncio.get_running_loop().create_task(job, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def settle(self) -> None:
+        """Waits for the background work spawned so far."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ---- opening -----------------------------------------------------------------------------
+
+    async def _create(self, owner: str, conversation_id: str | None = None) -> LiveConversation:
+        now = time.time()
+        record = ConversationRecord(id=conversation_id or new_id(hex_chars=32), owner=owner, title=None, created_at=now,
+                                    updated_at=now, last_seq=0)
+        self.writer.submit([CreateConversation(owner, record.id, now)])
+        return self._remember(record, HistorySize(), None)
+
+    async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
+        """The conversation, from memory or loaded from the store. A turn the store holds as
+        running is one nothing runs any more when this instance can take the conversation:
+        it is closed on loading, with `cut` saying why."""
+        live = self._live.get(conversation_id)
+        if live is not None:
+            return live if live.owner == owner else None
+        async with self._loading.setdefault(conversation_id, asyncio.Lock()):
+            live = self._live.get(conversation_id)
+            if live is not None:
+                return live if live.owner == owner else None
+            await self.writer.flush()  # a turn that just ended may not have committed its end yet
+            loaded = await self.load(owner, conversation_id)
+            if loaded is None:
+                return None
+            live = self._remember(*loaded)
+            await self.close_cut_turns(live, cut)
+        self._loading.pop(conversation_id, None)
+        return live
+
+    async def load(self, owner: str, conversation_id: str) -> Loaded | None:
+        record = await self.store.get_conversation(owner, conversation_id)
+        if record is None:
+            return None
+        size = await self.store.history_size(owner, conversation_id, "model")
+        return record, size, await self.store.get_artifact(owner, conversation_id)
+
+    def parts(self, record: ConversationRecord, size: HistorySize,
+              artifact: ArtifactRecord | None) -> tuple[ConversationRecord, ConversationManager, Canvas]:
+        """What `LiveConversation.reload` takes, made from what the store holds."""
+        manager = ConversationManager(record.owner, record.id, store=self.store, size=size, counter=self._counter,
+                                      writer=self.writer, summary_chars=self.settings.summary_chars,
+                                      max_tokens=self.settings.max_context_tokens,
+                                      overhead=record.context_overhead)
+        canvas = Canvas(record.owner, record.id, artifact, self.writer, history_epoch=lambda: manager.epoch)
+        return record, manager, canvas
+
+    def _remember(self, record: ConversationRecord, size: HistorySize,
+                  artifact: ArtifactRecord | None) -> LiveConversation:
+        live = LiveConversation(*self.parts(record, size, artifact), self.writer, self.store,
+                                self.bus, idle=self.let_go)
+        self._live[record.id] = live
+        return live
+
+    async def close_cut_turns(self, live: LiveConversation, cut: Cut) -> bool:
+        """Closes the turns the store holds as running, if this instance owns the conversation
+        or can take it (else their owner runs them, and they are followed); whether it did."""
+        if not await self.store.running_turns(live.id):
+            return False
+        if not await self.own(live):
+            live.follow(running=True)
+            return False
+        for turn in await self.store.running_turns(live.id):  # as they are now that it is ours
+            await close_cut_turn(live, self.store, turn, cut)
+        return True
+
+    # ---- ownership ----------------------------------------------------------------------------
+
+    async def own(self, live: LiveConversation) -> bool:
+        """Whether this instance owns the conversation, taking it when nobody does; its
+        state is read again from the store when it changed hands."""
+        return (await self.claim(live))[0]
+
+    async def claim(self, live: LiveConversation) -> tuple[bool, str | None]:
+        """Whether this instance owns the conversation (taking it when free), and else who does."""
+        claim, holder = await self.ownership.claim(live.id, lambda: self.refresh(live))
+        return claim is not Claim.TAKEN, holder
+
+    async def refresh(self, live: LiveConversation) -> None:
+        """Takes what the store holds: another instance may have written since this one
+        held the conversation."""
+        loaded = await self.load(live.owner, live.id)
+        if loaded is None:
+            raise FrameRejected("not_found", "This conversation was deleted.")
+        live.reload(*self.parts(*loaded))
+
+    async def forward_job(self, live: LiveConversation, kind: str) -> bool:
+        """Hands a background job that writes the conversation (its title) to the instance
+        that owns it, and waits until it ran there: True. False when the owner is this
+        instance (it held the conversation or has just taken it): run it here."""
+        for _ in range(CLAIM_ATTEMPTS):
+            owned, holder = await self.claim(live)
+            if owned:
+                return False
+            if holder is None:
+                await asyncio.sleep(CLAIM_RETRY)
+                continue  # released meanwhile: take it
+            if not self.bus.shared:
+                return True  # another process owns it, out of reach: its next turn's end runs it there
+            request = RunJob(id=self._forwarder.request_id(), sender=self.bus.instance, conversation=live.id,
+                             user=live.owner, job=kind)
+            if (await self._forwarder.ask(holder, request, timeout=JOB_TIMEOUT)).status != "not_owner":
+                return True
+            await asyncio.sleep(CLAIM_RETRY)  # it let the conversation go meanwhile: take it, or find who has it
+        raise OwnerUnreachable(f"no instance took job {kind} of {live.id}")
