@@ -77,7 +77,9 @@ class Connection:
         self._out: deque[tuple[int | None, str, int] | _Replay] | None = None
         self._wake = _Wake()
         self._last_seq = 0  # the newest seq this socket holds: in its `session`, or sent as a frame
-        self._sent_seq = 0  # the newest seq sent as a frame: a replay never sends one again
+        # The seqs sent as frames on this socket, (low, high]: one run, since live frames go out
+        # in order and a replay only extends it. None until the first.
+        self._sent: tuple[int, int] | None = None
         self._backlogs = backlogs
         self._sender: asyncio.Task[None] | None = None
         self._closing: tuple[int, str | None] | None = None
@@ -160,21 +162,33 @@ class Connection:
                 if seq is not None:
                     if seq <= self._last_seq:
                         continue  # already in the snapshot or a replay
-                    self._last_seq = self._sent_seq = seq
+                    self._last_seq = seq
+                    self._mark_sent(seq - 1, seq)
                 await self.ws.send_text(text)
             self._out = None
             if self._closing is not None:
                 return
 
     async def _replay(self, after_seq: int) -> None:
+        """Sends what the log holds past `after_seq`, once. A socket that reconnected was sent
+        live frames before its `resume` was read, newer than what its `session` summed up: it
+        gets the older ones it lacks, and none it was sent twice. A client asking again for
+        frames it was sent on this socket asked for them: it gets them again."""
         live = self.live
-        # Each seq reaches a socket at most once, in increasing order: what it was sent as a
-        # frame already is not sent again (what its `session` summed up may be).
-        events = await self.hub.store.events_after(live.owner, live.id, max(after_seq, self._sent_seq))
+        events = await self.hub.store.events_after(live.owner, live.id, after_seq)
+        low, high = self._sent or (after_seq, after_seq)
         for event in events:
+            if after_seq < low < event.seq <= high:
+                continue  # sent on this socket; the client did not ask for them again
             await self.ws.send_text(event.frame)
             self._last_seq = max(self._last_seq, event.seq)
-            self._sent_seq = event.seq
+            self._mark_sent(after_seq, event.seq)
+
+    def _mark_sent(self, low: int, high: int) -> None:
+        if self._sent is None:
+            self._sent = (low, high)
+        else:
+            self._sent = (min(self._sent[0], low), max(self._sent[1], high))
 
     async def _receive_loop(self) -> None:
         limit = self.hub.settings.max_frame_bytes
