@@ -11,6 +11,8 @@ from typing import Iterator
 
 import pytest
 
+from tests import pace, reaper
+from tests.processes import descendants
 from tests.support import ROOT
 
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -24,6 +26,13 @@ def chromium_path() -> str | None:
         if found:
             return found
     return None
+
+
+def is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
 
 
 def _missing(reason: str) -> None:
@@ -43,13 +52,25 @@ def browser() -> Iterator:
         _missing("playwright is not installed (the [test] extra)")
     # What the page shows may take a few seconds on a loaded CI machine (two test workers,
     # servers, Chromium on two cores): assertions wait as long as actions do.
-    expect.set_options(timeout=15_000)
+    expect.set_options(timeout=pace.scaled(15) * 1000)
+    before = set(descendants(os.getpid()))
     with sync_playwright() as playwright:
         # --no-sandbox: CI runs as root in a container, where Chromium's own sandbox cannot start.
         launched = playwright.chromium.launch(executable_path=executable, headless=True,
                                               args=["--no-sandbox", "--disable-dev-shm-usage"])
-        yield launched
-        launched.close()
+        # Playwright starts Chromium in a process group of its own; its driver ends it when
+        # this process goes, unless the driver is killed too: the watchdog holds it as well.
+        chromium = [pid for pid in descendants(os.getpid()) if pid not in before and is_group_leader(pid)]
+        for pgid in chromium:
+            reaper.adopt(pgid)
+        try:
+            yield launched
+        finally:
+            try:
+                launched.close()
+            finally:
+                for pgid in chromium:
+                    reaper.end_group(pgid, grace=pace.scaled(5))
 
 
 @pytest.fixture
@@ -57,7 +78,7 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator:
     """A fresh browser context (its own storage) and page; its console errors fail the test,
     and its screenshot is saved whatever the outcome."""
     context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(pace.scaled(15) * 1000)
     opened = context.new_page()
     problems: list[str] = []
     opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))

@@ -10,6 +10,8 @@ import pytest
 from tests.fakes.anthropic_fake import FakeAnthropic
 from tests.fakes.exa_fake import FakeExa
 from tests.fakes.images_fake import FakeImages
+from tests import pace
+from tests.reaper import pytest_runtest_call, pytest_runtest_teardown  # noqa: F401  (processes a test left: tests/reaper.py)
 from tests.support import ServerProcess
 
 
@@ -112,17 +114,25 @@ def make_server(tmp_path: Path, fake_anthropic: FakeAnthropic, fake_exa: FakeExa
 
     yield make
     for server in started:
-        if server.proc and server.proc.poll() is None:
-            server.stop()
+        server.close()
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthropic,
            fake_exa: FakeExa) -> Iterator[ServerProcess]:
     """One server for a whole test module (starting one costs about a second)."""
-    proc = ServerProcess(tmp_path_factory.mktemp("server"), server_env(fake_anthropic, fake_exa)).start()
-    yield proc
-    proc.stop()
+    with ServerProcess(tmp_path_factory.mktemp("server"), server_env(fake_anthropic, fake_exa)) as proc:
+        yield proc
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool:
+    """pytest-timeout's bound (pyproject's `timeout`, or a test's mark) scaled by the load when
+    the test starts: a hang is still caught, a test that is slow because the machine is busy
+    is not failed for it."""
+    import pytest_timeout
+
+    return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=pace.scaled(settings.timeout)))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

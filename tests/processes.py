@@ -11,6 +11,8 @@ import signal
 import time
 from pathlib import Path
 
+from tests import pace
+
 
 def stat(pid: int) -> list[str] | None:
     try:
@@ -46,8 +48,8 @@ def ours() -> set[int]:
 
 
 async def wait_for_tree(ready, timeout: float = 5) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    deadline = pace.Deadline(timeout)
+    while not deadline.expired():
         if ready(tree := descendants(os.getpid())):
             return tree
         await asyncio.sleep(0.02)
@@ -66,10 +68,10 @@ def new_marker() -> str:
 
 
 def poll(done, timeout: float, interval: float = 0.02) -> bool:
-    """Calls `done()` until it is true (True) or `timeout` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
+    """Calls `done()` until it is true (True) or `timeout` seconds (scaled by the load) pass (False)."""
+    deadline = pace.Deadline(timeout)
     while not done():
-        if time.monotonic() > deadline:
+        if deadline.expired():
             return False
         time.sleep(interval)
     return True
@@ -99,11 +101,11 @@ def holder(parent: Path) -> tuple[multiprocessing.Process, Path]:
     ours, theirs = fork.Pipe()
     proc = fork.Process(target=_hold, args=(str(parent), theirs), daemon=True)
     proc.start()
-    assert ours.poll(10), "the holder did not make its dir"
+    assert ours.poll(pace.scaled(10)), "the holder did not make its dir"
     return proc, Path(ours.recv())
 
 
 def killed(proc: multiprocessing.Process) -> None:
     """SIGKILLs a forked process (as a server may be killed) and reaps it."""
     os.kill(proc.pid, signal.SIGKILL)
-    proc.join(5)
+    proc.join(pace.scaled(5))

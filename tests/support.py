@@ -15,13 +15,41 @@ from typing import Any
 
 import websockets
 
+from tests import pace, reaper
+
 ROOT = Path(__file__).resolve().parent.parent
+START_BOUND = 60.0  # s without an answer, on a quiet machine, before a start that uses no CPU is hung
+STOP_BOUND = 30.0  # s a server gets to exit on a signal, on a quiet machine
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class _CpuProgress:
+    """Whether a process used any CPU in the last `window` s: a start still working is slow,
+    not hung."""
+
+    def __init__(self, pid: int, window: float = 10.0):
+        self.pid, self.window = pid, window
+        self.seen = [(time.monotonic(), self._cpu())]
+
+    def _cpu(self) -> int:
+        try:
+            fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+        except (OSError, IndexError, ValueError):
+            return -1
+
+    def progressed(self) -> bool:
+        now, cpu = time.monotonic(), self._cpu()
+        self.seen.append((now, cpu))
+        while len(self.seen) > 2 and now - self.seen[1][0] >= self.window:
+            self.seen.pop(0)  # the oldest sample kept is the last one at least `window` s old
+        since, before = self.seen[0]
+        return now - since < self.window or cpu > before
 
 
 class ServerProcess:
@@ -34,6 +62,7 @@ class ServerProcess:
         self.env = {**os.environ, "CHAT_AGENT_DATA_DIR": str(data_dir), "CHAT_AGENT_PORT": str(self.port),
                     "CHAT_AGENT_HOST": "127.0.0.1", "CHAT_AGENT_LOG_LEVEL": "WARNING", **env}
         self.proc: subprocess.Popen[bytes] | None = None
+        self._started: list[subprocess.Popen[bytes]] = []  # each start's process (its group), for `close`
         self.log_path = data_dir / "server.log"
 
     @property
@@ -44,29 +73,69 @@ class ServerProcess:
     def ws_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/api/chat-agent"
 
-    def start(self, timeout: float = 30.0, preexec_fn: Any = None) -> "ServerProcess":
-        """`preexec_fn` runs in the child before the server: resource limits, say."""
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(self.http_url + "/health", timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"server did not start:\n{self.log()}")
+    def start(self, timeout: float | None = None, preexec_fn: Any = None) -> "ServerProcess":
+        """Starts the server and returns once it answers /health. `preexec_fn` runs in the child
+        before the server: resource limits, say.
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        There is no fixed clock: the wait ends when the server answers, or at once when it
+        exits (with its log), or when it has neither answered nor used any CPU for a while
+        past `timeout` s (60 by default), scaled by how loaded the machine is: a hung start.
+        A healthy start that is merely slow (a busy machine) is never failed."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = reaper.spawn([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+        self._started.append(self.proc)
+        try:
+            self._wait_ready(pace.Deadline(timeout or START_BOUND))
+        except BaseException:
+            reaper.end(self.proc, grace=2.0)
+            raise
+        return self
+
+    def _wait_ready(self, deadline: pace.Deadline) -> None:
+        assert self.proc is not None
+        busy = _CpuProgress(self.proc.pid)
+        attempt = 1.0
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} before it listened:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.http_url + "/health", timeout=attempt) as response:
+                    if response.status == 200:
+                        return
+            except (socket.timeout, TimeoutError):
+                # It listens (the socket is bound before the app starts) but does not answer
+                # yet: ask again, less often, so a slow start is not buried in requests.
+                attempt = min(attempt * 2, 5.0)
+            except OSError:  # refused: the port is not bound yet
+                time.sleep(0.05)
+            if deadline.expired() and not busy.progressed():
+                raise RuntimeError(f"server did not start: no answer after {deadline.elapsed():.0f} s and no CPU "
+                                   f"used in the last {busy.window:.0f} s (load {pace.load():.1f} per CPU):\n"
+                                   f"{self.log()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float | None = None) -> int:
+        """Sends `sig` to the server process only (its children are its own business: tests
+        check what it does with them) and waits for it to exit; its exit status. What the
+        server leaves behind is ended by `close`."""
         assert self.proc is not None
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return self.proc.wait(timeout)
+        return self.proc.wait(pace.scaled(timeout or STOP_BOUND))
+
+    def close(self) -> None:
+        """Ends every process this server started, on any path: SIGTERM to the server, SIGKILL
+        to its whole process group after a bound. Safe to call twice."""
+        for proc in self._started:
+            reaper.end(proc)
+        self._started.clear()
+
+    def __enter__(self) -> "ServerProcess":
+        return self if self.proc is not None and self.proc.poll() is None else self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -109,10 +178,11 @@ PASSING = ("title", "status")
 async def recv(ws: Any, timeout: float = 10.0, skip: tuple[str, ...] = PASSING) -> dict:
     """The next frame, passing over `title` and `status` frames: a background job sends a
     title after the first exchange, and a model slow to answer (a busy machine) brings a
-    status, at moments no test should depend on (tests of them ask for them)."""
+    status, at moments no test should depend on (tests of them ask for them). `timeout` is
+    what a quiet machine needs; it is scaled by the load (tests/pace.py)."""
     import asyncio
     while True:
-        frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+        frame = json.loads(await asyncio.wait_for(ws.recv(), pace.scaled(timeout)))
         if frame.get("type") not in skip:
             return frame
 
@@ -132,11 +202,12 @@ async def send(ws: Any, **frame: Any) -> None:
 
 
 async def polled(check: Any, timeout: float) -> Any:
-    """What `check()` returns once it is truthy, asked every 50 ms; fails after `timeout` s."""
+    """What `check()` returns once it is truthy, asked every 50 ms; fails after `timeout` s
+    (scaled by the load)."""
     import asyncio
-    deadline = time.monotonic() + timeout
+    deadline = pace.Deadline(timeout)
     while not (found := check()):
-        assert time.monotonic() < deadline, "timed out"
+        assert not deadline.expired(), f"timed out after {deadline.elapsed():.1f} s"
         await asyncio.sleep(0.05)
     return found
 

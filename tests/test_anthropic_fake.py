@@ -15,6 +15,7 @@ import anthropic
 import httpx
 import pytest
 
+from tests import reaper
 from tests.fakes.anthropic_fake import (
     FakeAnthropic,
     Fault,
@@ -588,7 +589,7 @@ async def test_astart_on_the_running_loop() -> None:
 
 async def test_standalone_process_prints_its_url() -> None:
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
+    proc = reaper.spawn(
         [sys.executable, "-m", "tests.fakes.anthropic_fake", "--port", "0"], cwd=root, stdout=subprocess.PIPE, text=True
     )
     try:
@@ -597,8 +598,7 @@ async def test_standalone_process_prints_its_url() -> None:
         client = sdk(url)
         assert (await client.messages.create(**request())).content[0].text == "Echo: hi"
     finally:
-        proc.terminate()
-        proc.wait(5)
+        reaper.end(proc)
 
 
 async def test_a_lone_surrogate_is_refused_like_the_real_api(fake) -> None:

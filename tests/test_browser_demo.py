@@ -42,7 +42,7 @@ def test_demo_model_in_the_page(page, tmp_path):
         expect(page.locator("#stop")).to_be_hidden()
         no_problems(page)
     finally:
-        server.stop()
+        server.close()
 
 
 def test_demo_needs_asking_when_a_key_is_set(tmp_path, fake_anthropic):
@@ -54,7 +54,7 @@ def test_demo_needs_asking_when_a_key_is_set(tmp_path, fake_anthropic):
         assert status == 200 and health["demo"] is False and health["model"] != "demo"
         assert "CHAT_AGENT_DEMO is ignored" in server.log()
     finally:
-        server.stop()
+        server.close()
     # `--demo` on the command line is the explicit ask
     demo = ServerProcess(tmp_path / "b", with_key, args=("--demo",)).start()
     try:
@@ -62,4 +62,4 @@ def test_demo_needs_asking_when_a_key_is_set(tmp_path, fake_anthropic):
         assert status == 200 and health["demo"] is True and health["model"] == "demo"
         assert not fake_anthropic.requests or all(r.body.get("model") != "demo" for r in fake_anthropic.requests)
     finally:
-        demo.stop()
+        demo.close()

@@ -17,6 +17,7 @@ import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
+from tests import pace, reaper
 from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
 from tests.support import ROOT, connect, send, until
 
@@ -160,15 +161,17 @@ def agui_kit(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("agui")
     for name in ("package.json", "package-lock.json", "run.mjs"):
         shutil.copy(KIT / name, work / name)
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
+    reaper.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
                    capture_output=True, timeout=600)
     return work
 
 
 async def _node(kit: Path, *args: str) -> dict:
-    proc = await asyncio.create_subprocess_exec("node", "run.mjs", *args, cwd=kit, stdout=subprocess.PIPE,
-                                                stderr=subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    proc = await reaper.spawn_async("node", "run.mjs", *args, cwd=kit, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), pace.scaled(60))
+    finally:
+        await reaper.end_async(proc)
     assert proc.returncode == 0, err.decode()
     return json.loads(out.decode().strip().splitlines()[-1])
 

@@ -9,13 +9,14 @@ import subprocess
 import sys
 
 from chat_agent.client import ChatClient
+from tests import reaper
 from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
 from tests.samples import make_pdf, make_png
 from tests.support import ROOT, ServerProcess
 
 
 def run_client(server: ServerProcess, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
+    return reaper.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=60, input=stdin)
 
 
@@ -64,7 +65,7 @@ def test_attach_in_an_interactive_session(server, fake_anthropic, tmp_path):
 
 
 def test_unreachable_server_exits_2(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", "ws://127.0.0.1:9/api/chat-agent",
+    result = reaper.run([sys.executable, "-m", "chat_agent.client", "--url", "ws://127.0.0.1:9/api/chat-agent",
                              "--message", "hi"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr
 
@@ -116,7 +117,7 @@ async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_ant
             done = await client.run_turn("hello again", timeout=30)
             assert done.stop_reason == "end_turn" and done.text == "after the restart"
     finally:
-        server.stop()
+        server.close()
     await asyncio.sleep(0)
 
 

@@ -7,6 +7,7 @@ import signal
 
 import websockets
 
+from tests import reaper
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.support import connect, recv, send, text_of, until
 
@@ -210,13 +211,12 @@ async def test_auth(make_server, fake_anthropic):
 
 
 def test_refuses_open_listen_without_auth(tmp_path):
-    import subprocess
     import sys
     from tests.support import ROOT
     import os
     env = {**os.environ, "CHAT_AGENT_HOST": "0.0.0.0", "CHAT_AGENT_DATA_DIR": str(tmp_path)}
     env.pop("CHAT_AGENT_API_KEYS", None)
     env.pop("CHAT_AGENT_ALLOW_NO_AUTH", None)
-    result = subprocess.run([sys.executable, "server.py"], cwd=ROOT, env=env, capture_output=True, text=True,
+    result = reaper.run([sys.executable, "server.py"], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2 and "CHAT_AGENT_API_KEYS" in result.stderr

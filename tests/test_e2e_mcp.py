@@ -33,21 +33,19 @@ def events(record: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def mcp_setup(tmp_path_factory, fake_anthropic, fake_exa):
     where = tmp_path_factory.mktemp("mcp")
-    web = HttpDemo(where / "web.jsonl").start()
-    config = {"mcpServers": {
-        "demo": {"command": sys.executable, "args": [str(DEMO), "stdio"],
-                 "env": {"DEMO_MCP_RECORD": str(where / "demo.jsonl")}},
-        "web": {"url": web.url, "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
-        "broken": {"command": str(where / "no-such-server")},
-    }}
-    (where / "mcp.json").write_text(json.dumps(config))
-    env = server_env(fake_anthropic, fake_exa, CHAT_AGENT_MCP_CONFIG=str(where / "mcp.json"), DEMO_TOKEN="t0ken",
-                     CHAT_AGENT_TOOLS=f"{MODULE}:both,{MODULE}:adder,{MODULE}:needs_a_key",
-                     PYTHONPATH=os.pathsep.join([str(HERE / "tool_plugins"), os.environ.get("PYTHONPATH", "")]))
-    server = ServerProcess(where / "data", env).start(timeout=60)
-    yield server, web, where
-    server.stop()
-    web.kill()
+    with HttpDemo(where / "web.jsonl") as web:
+        config = {"mcpServers": {
+            "demo": {"command": sys.executable, "args": [str(DEMO), "stdio"],
+                     "env": {"DEMO_MCP_RECORD": str(where / "demo.jsonl")}},
+            "web": {"url": web.url, "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
+            "broken": {"command": str(where / "no-such-server")},
+        }}
+        (where / "mcp.json").write_text(json.dumps(config))
+        env = server_env(fake_anthropic, fake_exa, CHAT_AGENT_MCP_CONFIG=str(where / "mcp.json"),
+                         DEMO_TOKEN="t0ken", CHAT_AGENT_TOOLS=f"{MODULE}:both,{MODULE}:adder,{MODULE}:needs_a_key",
+                         PYTHONPATH=os.pathsep.join([str(HERE / "tool_plugins"), os.environ.get("PYTHONPATH", "")]))
+        with ServerProcess(where / "data", env) as server:
+            yield server, web, where
 
 
 async def turn(ws, content: str) -> list[dict]:

@@ -40,9 +40,8 @@ def openai_env(fake_anthropic, fake_exa, fake_openai: FakeOpenAI, **extra: str) 
 def server(tmp_path_factory, fake_anthropic, fake_exa, fake_openai) -> Iterator[ServerProcess]:
     env = openai_env(fake_anthropic, fake_exa, fake_openai,
                      CHAT_AGENT_ALLOWED_MODELS=f"openai:{MAIN},openai:{SMALL},claude-test")
-    proc = ServerProcess(tmp_path_factory.mktemp("openai"), env).start()
-    yield proc
-    proc.stop()
+    with ServerProcess(tmp_path_factory.mktemp("openai"), env) as proc:
+        yield proc
 
 
 @pytest.fixture(autouse=True)
@@ -257,4 +256,4 @@ async def test_summary_on_the_small_model_and_a_provider_without_its_key(tmp_pat
         assert len(stored["messages"]) == 12 and stored["messages"][0]["content"].startswith("message 0")
         await ws.close()
     finally:
-        server.stop()
+        server.close()

@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 
 from chat_agent.store import SqliteStore
+from tests import reaper
 from tests.fakes.anthropic_fake import Reply
 from tests.seed import seed_conversation
 from tests.support import connect, recv, send, until
@@ -211,7 +212,7 @@ async def test_the_client_lists_every_conversation_and_reads_older_messages(make
     server = make_server(data)
 
     def client(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
+        return reaper.run([sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, *args],
                               cwd=ROOT, capture_output=True, text=True, timeout=60, input=stdin)
 
     listed = client("--list")

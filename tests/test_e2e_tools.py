@@ -20,9 +20,8 @@ from tests.support import ServerProcess, connect, send, text_of, until
 def tools_server(tmp_path_factory, fake_anthropic, fake_exa, fake_images):
     env = server_env(fake_anthropic, fake_exa, CHAT_AGENT_IMAGE_API_BASE_URL=fake_images.base_url,
                      CHAT_AGENT_IMAGE_API_KEY=fake_images.api_key)
-    server = ServerProcess(tmp_path_factory.mktemp("tools"), env).start()
-    yield server
-    server.stop()
+    with ServerProcess(tmp_path_factory.mktemp("tools"), env) as server:
+        yield server
 
 
 def fetch_image(server: ServerProcess, url: str) -> Image.Image:

@@ -27,9 +27,8 @@ def receiver():
 def traced(tmp_path_factory, fake_anthropic, fake_exa, receiver):
     env = server_env(fake_anthropic, fake_exa, OTEL_EXPORTER_OTLP_ENDPOINT=receiver.base_url,
                      OTEL_BSP_SCHEDULE_DELAY="50", OTEL_EXPORTER_OTLP_HEADERS="authorization=Bearer otlp-test")
-    server = ServerProcess(tmp_path_factory.mktemp("traced"), env).start()
-    yield server
-    server.stop()
+    with ServerProcess(tmp_path_factory.mktemp("traced"), env) as server:
+        yield server
 
 
 def turn_of(conversation_id: str):

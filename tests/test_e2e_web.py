@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import resource
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import httpx
 import pytest
 import websockets
 
+from tests import reaper
 from tests.conftest import server_env
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.support import ROOT, ServerProcess, connect, send, until
@@ -176,7 +176,7 @@ def test_a_failed_upload_write_is_a_json_500_and_leaves_no_folder(tmp_path, fake
         assert upload(server, b"small").status_code == 201  # the server carries on
         assert "Traceback" in server.log()  # the operator sees what the client was not told
     finally:
-        server.stop()
+        server.close()
 
 
 # ---- listening ------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_it_says_where_it_listens_and_a_taken_port_is_one_line(make_server, tmp_
     log = first.log()
     listening = f"listening on ws://127.0.0.1:{first.port}/api/chat-agent"
     assert listening in log and log.index("chat-agent ready") < log.index(listening)
-    second = subprocess.run([sys.executable, "server.py"], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    second = reaper.run([sys.executable, "server.py"], cwd=ROOT, capture_output=True, text=True, timeout=60,
                             env={**first.env, "CHAT_AGENT_DATA_DIR": str(tmp_path / "second")})
     output = (second.stdout + second.stderr).strip()
     assert second.returncode != 0

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import shutil
-import subprocess
 import time
 import zipfile
 from pathlib import Path
@@ -21,6 +20,7 @@ from docx.text.paragraph import Paragraph
 from lxml import etree
 
 from chat_agent.canvas.export import ExportError, Exported, export_artifact
+from tests import reaper
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -393,7 +393,7 @@ def _office() -> str | None:
 def test_libreoffice_opens_the_document(tmp_path: Path) -> None:
     source = tmp_path / "report.docx"
     source.write_bytes(export_text(SAMPLE, title="Report").body)
-    subprocess.run([_office(), "--headless", f"-env:UserInstallation=file://{tmp_path}/lo",
+    reaper.run([_office(), "--headless", f"-env:UserInstallation=file://{tmp_path}/lo",
                     "--convert-to", "txt:Text", "--outdir", str(tmp_path), str(source)],
                    check=True, capture_output=True, timeout=120)
     text = (tmp_path / "report.txt").read_text(encoding="utf-8-sig")

@@ -21,7 +21,7 @@ import pytest
 
 from chat_agent.sessions.pg_queue import ProcrastinateQueue, install_schema
 from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
-from tests import pg
+from tests import pg, reaper
 
 TITLE = Job("title", "alice", "c1")
 REFLECTION = Job("reflection", "alice", "c1")
@@ -257,8 +257,8 @@ KILLED_WORKER = textwrap.dedent("""
 
 
 async def test_a_job_of_a_killed_instance_runs_again_on_another(shared):
-    doomed = subprocess.Popen([sys.executable, "-c", KILLED_WORKER, shared.url], stdout=subprocess.PIPE,
-                              stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    doomed = reaper.spawn([sys.executable, "-c", KILLED_WORKER, shared.url], stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         line = await asyncio.wait_for(asyncio.to_thread(doomed.stdout.readline), 30)  # type: ignore[union-attr]
         assert line.split() == ["running", TITLE.key]

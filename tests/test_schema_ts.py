@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from tests import reaper
 from tests.support import ROOT
 
 KIT = ROOT / "tests" / "ts"
@@ -43,7 +44,7 @@ def kit(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(cwd: Path, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+    return reaper.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           check=command[0] == "npm")
 
 

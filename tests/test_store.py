@@ -40,7 +40,7 @@ from chat_agent.store import (
 )
 from chat_agent.store import schema
 from chat_agent.store.writes import plan
-from tests import pg
+from tests import pg, reaper
 from tests.stores import Backend
 
 REPO = Path(__file__).resolve().parents[1]
@@ -430,7 +430,7 @@ CRASH_CHILD = textwrap.dedent("""
 @pytest.mark.asyncio
 async def test_an_applied_batch_survives_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "crash.db"
-    child = await asyncio.create_subprocess_exec(
+    child = await reaper.spawn_async(
         sys.executable, "-c", CRASH_CHILD, str(path), cwd=REPO,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )

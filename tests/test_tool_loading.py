@@ -16,6 +16,7 @@ import tools
 from chat_agent.config import ConfigError, Settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.tooling.mcp.config import HttpServer, StdioServer, load_config
+from tests import reaper
 
 PLUGINS = Path(__file__).parent / "tool_plugins"
 MODULE = "tests.tool_plugins.configured"
@@ -103,11 +104,10 @@ def test_the_same_tool_twice_is_a_clash(entry_point_package):
 
 
 def test_the_server_refuses_to_start_with_a_bad_entry(tmp_path: Path):
-    import subprocess
 
     env = {"PATH": "/usr/bin:/bin", "CHAT_AGENT_DATA_DIR": str(tmp_path), "CHAT_AGENT_PORT": "1",
            "CHAT_AGENT_TOOLS": f"{MODULE}:not_a_tool"}
-    done = subprocess.run([sys.executable, "server.py"], cwd=Path(__file__).parent.parent, env=env,
+    done = reaper.run([sys.executable, "server.py"], cwd=Path(__file__).parent.parent, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"chat-agent: CHAT_AGENT_TOOLS entry '{MODULE}:not_a_tool'")

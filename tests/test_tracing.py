@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -18,6 +17,7 @@ import pytest
 from chat_agent import tracing
 from chat_agent.protocol import Usage
 from chat_agent.tracing._export import wanted
+from tests import reaper
 from tests.fakes.otlp_receiver import OtlpReceiver
 from tests.support import ROOT
 
@@ -30,7 +30,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_python(code: str, env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+    done = reaper.run([sys.executable, "-c", code, *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests import pace, reaper
 from tests.support import free_port
 
 CREDENTIALS = {
@@ -53,30 +54,24 @@ class MotoS3:
     def __enter__(self) -> "MotoS3":
         if importlib.util.find_spec("moto") is None or importlib.util.find_spec("flask") is None:
             raise MotoUnavailable("moto[server] is not installed (pip install 'moto[server]')")
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+        with open(self.log_path, "ab") as log:
+            self.proc = reaper.spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
                                      stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **CREDENTIALS})
-        log.close()
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
+        deadline = pace.Deadline(self.timeout)
+        while not deadline.expired():
             if self.proc.poll() is not None:
                 raise MotoUnavailable(f"moto.server exited with {self.proc.returncode}: {self.log()[-2000:]}")
             try:
-                with urllib.request.urlopen(self.endpoint_url + "/moto-api/", timeout=1):
+                with urllib.request.urlopen(self.endpoint_url + "/moto-api/", timeout=pace.scaled(2)):
                     return self
             except OSError:
                 time.sleep(0.1)
         self.__exit__()
-        raise MotoUnavailable(f"moto.server did not answer within {self.timeout:.0f} s: {self.log()[-2000:]}")
+        raise MotoUnavailable(f"moto.server did not answer within {deadline.elapsed():.0f} s: {self.log()[-2000:]}")
 
     def __exit__(self, *exc_info: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            reaper.end(self.proc)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
