@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from tests import pace
 from tests.fakes.anthropic_fake import Reply, ToolUse
 from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
 from tests.support import connect, recv, send, until
@@ -127,7 +128,7 @@ async def test_abort_and_timeout_decline(make_server, fake_anthropic):
     started = time.monotonic()
     await send(ws, type="abort")
     frames = await until(ws, "done", timeout=5)
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - started < pace.scaled(1.0)
     end = of(frames, "tool_end")[0]
     assert end["toolId"] == request["toolId"] and end["isError"]
     assert frames[-1]["stopReason"] == "aborted"

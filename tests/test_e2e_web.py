@@ -54,7 +54,10 @@ def raw_handshake(server: ServerProcess, host: str) -> tuple[str, dict | None]:
                 break
             answer += chunk
     head, _, body = answer.partition(b"\r\n\r\n")
-    return head.split(b"\r\n")[0].decode(), json.loads(body) if body.strip() else None
+    status = head.split(b"\r\n")[0].decode()
+    if status.startswith("HTTP/1.1 101"):
+        return status, None  # what follows the headers is WebSocket frames (the `session`), if any came yet
+    return status, json.loads(body) if body.strip() else None
 
 
 def upload(server: ServerProcess, data: bytes = b"notes", **headers: str) -> httpx.Response:

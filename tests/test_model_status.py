@@ -21,6 +21,7 @@ from chat_agent.context.tokens import TokenCounter
 from chat_agent.model import AnthropicClient, ModelClient, TextDelta, model_client
 from chat_agent.store import CreateConversation
 from chat_agent.tooling import ToolRegistry
+from tests import pace
 from tests.cancelling import cancel_within
 from tests.fakes.anthropic_fake import Fault, Reply
 from tests.fakes.openai_fake import Fault as OpenAIFault
@@ -148,7 +149,7 @@ async def test_a_model_silent_past_the_idle_bound_ends_the_call(fake_anthropic, 
     (at, failed), = of(TurnFailed, events)
     assert failed.code == "llm_error" and "sent nothing for 0.8 s" in failed.message
     assert "CHAT_AGENT_MODEL_IDLE_TIMEOUT" in failed.message
-    assert idle <= at < idle + 3 and took < idle + 5
+    assert idle <= at < idle + pace.scaled(3) and took < idle + pace.scaled(5)
     assert len(of(ModelWaiting, events)) >= 2 and events[-1][1].stop_reason == "error"
     assert not of(ModelRetrying, events)  # a call given up is not tried again
     record = fake_anthropic.requests[before]

@@ -51,6 +51,8 @@ CHILD_TESTS = textwrap.dedent('''
 
     def test_interrupted(make_server):
         started(make_server())
+        # As at a terminal: a pytest started by an xdist worker inherits SIGINT ignored.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(60)
 

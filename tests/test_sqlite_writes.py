@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from chat_agent.store import AppendEvents, CreateConversation, EventRecord, SqliteStore
+from tests import pace
 
 ALICE = "alice"
 
@@ -77,7 +78,7 @@ async def test_a_locked_database_is_waited_for_off_the_event_loop(tmp_path: Path
             release.join()
             other.close()
         assert waited >= 0.5  # it did wait for the lock, and did not fail
-        assert stall < 0.3, f"the event loop stood still for {stall:.3f} s while the lock was held"
+        assert stall < pace.scaled(0.3), f"the event loop stood still for {stall:.3f} s while the lock was held"
         assert [e.seq for e in await store.events_after(ALICE, "c1", 0)] == [1, 2]
         # The write connection is back to never waiting inline: the next small batch commits at once.
         await store.apply([_events(3, 1)])

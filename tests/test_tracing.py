@@ -17,7 +17,7 @@ import pytest
 from chat_agent import tracing
 from chat_agent.protocol import Usage
 from chat_agent.tracing._export import wanted
-from tests import reaper
+from tests import pace, reaper
 from tests.fakes.otlp_receiver import OtlpReceiver
 from tests.support import ROOT
 
@@ -216,4 +216,4 @@ def test_the_no_op_spans_of_a_turn_cost_microseconds():
         one_turn()
     per_turn = (time.perf_counter() - started) / rounds
     print(f"no-op spans of one turn: {per_turn * 1e6:.1f} µs")
-    assert per_turn < 0.002
+    assert per_turn < pace.scaled(0.002)
