@@ -111,8 +111,16 @@ class _Guard:
         """At exit: end every group still here, then let the watchdog go."""
         if os.getpid() != self.owner:  # a forked child exiting: the groups are not its own
             return
-        for pgid in self.since(0):
-            end_group(pgid, grace=2.0)
+        left = self.since(0)
+        for pgid in left:
+            _signal_group(pgid, signal.SIGTERM)
+            _signal_group(pgid, signal.SIGCONT)
+        deadline = time.monotonic() + 2.0
+        while any(members(pgid) for pgid in left) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for pgid in left:
+            _signal_group(pgid, signal.SIGKILL)
+            self.forget(pgid)
         if self.watchdog.stdin:
             self.watchdog.stdin.close()
         try:

@@ -28,6 +28,10 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+class PortTaken(RuntimeError):
+    """The server could not bind its port: another process has it."""
+
+
 class _CpuProgress:
     """Whether a process used any CPU in the last `window` s: a start still working is slow,
     not hung."""
@@ -63,6 +67,7 @@ class ServerProcess:
                     "CHAT_AGENT_HOST": "127.0.0.1", "CHAT_AGENT_LOG_LEVEL": "WARNING", **env}
         self.proc: subprocess.Popen[bytes] | None = None
         self._started: list[subprocess.Popen[bytes]] = []  # each start's process (its group), for `close`
+        self._listened = False  # it listened once on `port`: a restart must keep it
         self.log_path = data_dir / "server.log"
 
     @property
@@ -82,16 +87,31 @@ class ServerProcess:
         past `timeout` s (60 by default), scaled by how loaded the machine is: a hung start.
         A healthy start that is merely slow (a busy machine) is never failed."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = reaper.spawn([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
-        self._started.append(self.proc)
-        try:
-            self._wait_ready(pace.Deadline(timeout or START_BOUND))
-        except BaseException:
-            reaper.end(self.proc, grace=2.0)
-            raise
-        return self
+        for attempt in range(3):
+            with open(self.log_path, "ab") as log:
+                self.proc = reaper.spawn([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
+                                         stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+            self._started.append(self.proc)
+            try:
+                self._wait_ready(pace.Deadline(timeout or START_BOUND))
+            except PortTaken:
+                # Another process took the free port between `free_port` and the server's bind
+                # (another test, worker or helper): a first start moves to another one; a
+                # restart, whose clients know the port, cannot.
+                if self._listened or attempt == 2:
+                    raise
+                self._move_to(free_port())
+                continue
+            except BaseException:
+                reaper.end(self.proc, grace=2.0)
+                raise
+            self._listened = True
+            return self
+        raise AssertionError("unreachable")
+
+    def _move_to(self, port: int) -> None:
+        self.port = port
+        self.env["CHAT_AGENT_PORT"] = str(port)
 
     def _wait_ready(self, deadline: pace.Deadline) -> None:
         assert self.proc is not None
@@ -99,7 +119,10 @@ class ServerProcess:
         attempt = 1.0
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} before it listened:\n{self.log()}")
+                log = self.log()
+                if log.rstrip().endswith(f"cannot listen on 127.0.0.1:{self.port}: Address already in use"):
+                    raise PortTaken(log)
+                raise RuntimeError(f"server exited with {self.proc.returncode} before it listened:\n{log}")
             try:
                 with urllib.request.urlopen(self.http_url + "/health", timeout=attempt) as response:
                     if response.status == 200:
@@ -110,7 +133,8 @@ class ServerProcess:
                 attempt = min(attempt * 2, 5.0)
             except OSError:  # refused: the port is not bound yet
                 time.sleep(0.05)
-            if deadline.expired() and not busy.progressed():
+            progressing = busy.progressed()  # sampled all along: it judges the last `window` s
+            if deadline.expired() and not progressing:
                 raise RuntimeError(f"server did not start: no answer after {deadline.elapsed():.0f} s and no CPU "
                                    f"used in the last {busy.window:.0f} s (load {pace.load():.1f} per CPU):\n"
                                    f"{self.log()}")
@@ -150,7 +174,7 @@ class ServerProcess:
         if token:
             req.add_header("Authorization", f"Bearer {token}")
         try:
-            with urllib.request.urlopen(req, timeout=10) as response:
+            with urllib.request.urlopen(req, timeout=pace.scaled(10)) as response:
                 body = response.read()
                 return response.status, json.loads(body) if body else None
         except urllib.error.HTTPError as exc:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from chat_agent.tooling import ToolAvailability, ToolContext, ToolRegistry, ToolResult
 from tests import pace
 from tests.cancelling import cancel_within
+from tests.support import polled
 
 
 class Progress:
@@ -323,7 +324,7 @@ async def test_cancellation_propagates_and_stops_the_heartbeat() -> None:
     progress = Progress()
     task = asyncio.create_task(run(registry, "wait_forever", {}, progress))
     await started.wait()
-    await asyncio.sleep(0.12)  # a couple of heartbeats
+    await polled(lambda: len(progress.events) >= 2, timeout=5)  # a couple of heartbeats (0.1 s when idle)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

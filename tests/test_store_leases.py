@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from chat_agent.store import (AppendEvents, CreateConversation, EventRecord, FencedOut, Lease, SetTitle, Store,
                               StoreError)
-from tests import reaper
+from tests import pace, reaper
 from tests.stores import Backend
 from tests.support import ROOT
 
@@ -161,7 +161,7 @@ CLAIMER = textwrap.dedent("""
 
 
 async def test_two_processes_claiming_at_once_exactly_one_wins_each(store: Store, backend: Backend) -> None:
-    count, start = 60, time.time() + 3  # both are started and connected by then
+    count, start = 60, time.time() + pace.scaled(3)  # both are started and connected by then
     children = [await reaper.spawn_async(
         sys.executable, "-c", CLAIMER, backend.url, name, str(count), str(start), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE) for name in ("p1", "p2")]
