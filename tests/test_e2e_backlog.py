@@ -20,7 +20,10 @@ TEXT = "x" * 12_000_000
 # Three stalled clients grow together, so the total drops the first two (at ~1.3 and ~2 MB
 # each); the last one must then reach its own limit while the total, which also counts the
 # fast client's lag, is still under 4 MB: hence 2.5 MB, leaving that lag 1.5 MB.
-LIMITS = {"CHAT_AGENT_MAX_BACKLOG_BYTES": str(4_000_000), "CHAT_AGENT_MAX_CONNECTION_BACKLOG_BYTES": str(2_500_000)}
+LIMITS = {"CHAT_AGENT_MAX_BACKLOG_BYTES": str(4_000_000), "CHAT_AGENT_MAX_CONNECTION_BACKLOG_BYTES": str(2_500_000),
+          # A stalled socket takes no pong either: on a busy machine, where the 12 MB take
+          # longer than a keepalive's 40 s, the keepalive would drop it first (1006, not 1013).
+          "CHAT_AGENT_WS_PING_INTERVAL": "600"}
 
 
 async def stalled(server, conversation_id: str):
@@ -30,7 +33,7 @@ async def stalled(server, conversation_id: str):
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", server.port))
     ws = await websockets.connect(f"{server.ws_url}?conversationId={conversation_id}", sock=sock,
-                                  compression=None, max_size=None, max_queue=1)
+                                  compression=None, max_size=None, max_queue=1, ping_interval=None)
     assert json.loads(await ws.recv())["type"] == "session"
     return ws
 
