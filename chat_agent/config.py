@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
-from annotated_types import Ge, Gt, Le
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic.fields import FieldInfo
@@ -120,8 +119,8 @@ Flag = Annotated[bool, BeforeValidator(_flag)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_comma_list)]
 Model = Annotated[str, AfterValidator(_checked_model)]
 Models = Annotated[tuple[Model, ...], BeforeValidator(_comma_list)]
-Positive = Annotated[int, Gt(0)]
-Seconds = Annotated[float, Gt(0)]
+Positive = Annotated[int, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0)]
 
 
 def setting(default: Any, doc: str, *, env: str | None = None, shown: str | None = None,
@@ -262,7 +261,7 @@ class Settings(BaseSettings):
     instance_id: Annotated[str, AfterValidator(_instance_id)] = setting(
         "", "this instance's name in leases and logs (1 to 32 letters, digits, `-`, `_`)",
         shown="a new random one each start")
-    lease_seconds: Annotated[float, Ge(1.0), Le(300.0)] = setting(
+    lease_seconds: Annotated[float, Field(ge=1.0, le=300.0)] = setting(
         10.0, "how long an instance owns a conversation without renewing (1 to 300); a dead instance's turns are "
         "closed by another within about 1.2 times that")
 
