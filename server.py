@@ -127,8 +127,8 @@ def _environment(args: argparse.Namespace) -> dict[str, str]:
         raise ConfigError(f"--env-file {args.env_file}: no such file")
     if path.is_file():
         for name, value in dotenv_values(path).items():
-            if value is not None:
-                os.environ.setdefault(name, value)
+            if value is not None and not os.environ.get(name, "").strip():  # empty counts as unset, as in Settings
+                os.environ[name] = value
     flags = {"CHAT_AGENT_HOST": args.host, "CHAT_AGENT_PORT": args.port, "CHAT_AGENT_DATA_DIR": args.data_dir,
              "CHAT_AGENT_LOG_LEVEL": args.log_level}
     return {**os.environ, **{name: str(value) for name, value in flags.items() if value is not None}}
