@@ -1,4 +1,5 @@
-"""Runs chat-agent: `python server.py`. Configuration comes from the environment (README).
+"""Runs chat-agent: `python server.py` (`--help` for its flags). Configuration comes from the
+environment and a `.env` file (docs/configuration.md).
 
 This is where the house is put together: the tools (the top-level `tools` package, one
 module each) are composed into a registry here and handed to `create_app`, so the core
@@ -14,9 +15,11 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 from typing import Callable
 
 import uvicorn
+from dotenv import dotenv_values
 
 import tools
 from chat_agent import tracing
@@ -94,31 +97,61 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, trace
 
 
 def _arguments(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="server.py", description="Runs chat-agent; configuration comes "
-                                     "from the environment (README).")
+    parser = argparse.ArgumentParser(
+        prog="server.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Runs chat-agent: the canvas page at http://HOST:PORT/, the WebSocket at /api/chat-agent.",
+        epilog="Every setting is an environment variable (docs/configuration.md lists them all). A .env file\n"
+               "is read first without overriding variables already set; a flag overrides both.\n\n"
+               "  .venv/bin/python server.py --demo                  # no API key needed\n"
+               "  ANTHROPIC_API_KEY=sk-ant-... .venv/bin/python server.py\n"
+               "  .venv/bin/python server.py --env-file prod.env --host 0.0.0.0")
+    parser.add_argument("--host", help="the address to listen on (CHAT_AGENT_HOST; default 127.0.0.1; any other "
+                        "address needs CHAT_AGENT_API_KEYS)")
+    parser.add_argument("--port", type=int, help="the port to listen on (CHAT_AGENT_PORT; default 8000)")
+    parser.add_argument("--data-dir", help="where the SQLite file and local files live (CHAT_AGENT_DATA_DIR; "
+                        "default ./data)")
     parser.add_argument("--demo", action="store_true", help="use the built-in offline demo model (no API key "
                         "needed; also CHAT_AGENT_DEMO=1 when no ANTHROPIC_API_KEY is set)")
+    parser.add_argument("--env-file", metavar="PATH", help="read variables from this file (default: .env in the "
+                        "current directory, when there is one)")
+    parser.add_argument("--log-level", help="DEBUG, INFO, WARNING... (CHAT_AGENT_LOG_LEVEL; default INFO)")
     return parser.parse_args(argv)
+
+
+def _environment(args: argparse.Namespace) -> dict[str, str]:
+    """The variables the settings are read from: the process's own, over the .env file's
+    (which join the process's environment too, for what reads it directly: the OpenTelemetry
+    SDK, boto3, `${VAR}` in the MCP config), under the flags. Raises ConfigError."""
+    path = Path(args.env_file) if args.env_file else Path(".env")
+    if args.env_file and not path.is_file():
+        raise ConfigError(f"--env-file {args.env_file}: no such file")
+    if path.is_file():
+        for name, value in dotenv_values(path).items():
+            if value is not None and not os.environ.get(name, "").strip():  # empty counts as unset, as in Settings
+                os.environ[name] = value
+    flags = {"CHAT_AGENT_HOST": args.host, "CHAT_AGENT_PORT": args.port, "CHAT_AGENT_DATA_DIR": args.data_dir,
+             "CHAT_AGENT_LOG_LEVEL": args.log_level}
+    return {**os.environ, **{name: str(value) for name, value in flags.items() if value is not None}}
 
 
 def main(build_registry: Callable[[Settings], ToolRegistry] = tools.build_registry,
          argv: list[str] | None = None) -> int:
     args = _arguments(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=os.environ.get("CHAT_AGENT_LOG_LEVEL", "INFO").upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        environment = _environment(args)
+        settings = Settings.from_env(environment)
+    except ConfigError as exc:
+        print(f"chat-agent: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().level > logging.DEBUG:
         # The job queue's two lines per job (started, ended) are for debugging; a job that
         # fails is logged by us, and procrastinate's own trouble is a warning or worse.
         logging.getLogger("procrastinate").setLevel(logging.WARNING)
-    try:
-        settings = Settings.from_env()
-    except ConfigError as exc:
-        print(f"chat-agent: {exc}", file=sys.stderr)
-        return 2
     if args.demo or settings.demo:
         settings = demo_settings(settings)
         logging.warning("demo mode: replies come from the scripted offline demo model, not a real one")
-    elif os.environ.get("CHAT_AGENT_DEMO", "").strip().lower() in {"1", "true", "yes", "on"}:
+    elif environment.get("CHAT_AGENT_DEMO", "").strip().lower() in {"1", "true", "yes", "on"}:
         logging.warning("CHAT_AGENT_DEMO is ignored: ANTHROPIC_API_KEY is set (start with --demo to use the "
                         "demo model anyway)")
     refusal = refuse_open_listen(settings)

@@ -1,12 +1,25 @@
-"""Settings read from the environment once, at start-up, and passed down explicitly."""
+"""Settings: one typed object, read from the environment once at start-up (`Settings.from_env`)
+and passed down explicitly. `server.py` first loads a `.env` file into the environment.
+
+Every field declared with `setting(...)` is a variable: `CHAT_AGENT_` and its name in
+capitals, unless `env=` names another (the SDKs' own `ANTHROPIC_API_KEY`...). Its text is
+the documentation: docs/configuration.md and .env.example are generated from this class
+(`python docs/generate.py`), and a test fails when they differ. Adding a setting is one
+field here. Fields declared without `setting` are not variables (tests and the demo set them).
+
+`Settings(...)` never reads the environment: what a test or a benchmark builds is what it says.
+"""
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
+from typing import Annotated, Any, Mapping
+
+from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 DEFAULT_SMALL_MODEL = "claude-haiku-4-5"
@@ -14,59 +27,11 @@ DEFAULT_SMALL_MODEL = "claude-haiku-4-5"
 # variable that holds its key. A bare name is Anthropic's.
 PROVIDERS: dict[str, str] = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 DEFAULT_PROVIDER = "anthropic"
+PREFIX = "CHAT_AGENT_"
 
 
 class ConfigError(ValueError):
     """A setting has a value the server cannot run with."""
-
-
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
-
-
-def _positive(env: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(env, name, default)
-    if value <= 0:
-        raise ConfigError(f"{name} must be a positive integer, got {value}")
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _float(env, name, default)
-    if not value > 0:  # NaN too
-        raise ConfigError(f"{name} must be a positive number of seconds, got {value}")
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
-
-
-def _api_keys(raw: str) -> dict[str, str]:
-    """`user:token,user2:token2` → {token: user}; tokens are what clients present."""
-    keys: dict[str, str] = {}
-    for pair in filter(None, (p.strip() for p in raw.split(","))):
-        user, sep, token = pair.partition(":")
-        if not sep or not user.strip() or not token.strip():
-            raise ConfigError("CHAT_AGENT_API_KEYS must look like 'user:token,user2:token2'")
-        keys[token.strip()] = user.strip()
-    return keys
 
 
 def split_model(name: str) -> tuple[str, str]:
@@ -86,21 +51,33 @@ def split_model(name: str) -> tuple[str, str]:
     return provider, bare
 
 
-def _checked_model(name: str, model: str) -> str:
-    try:
-        split_model(model)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: {exc}") from None
+# ---- value types: how a variable's text becomes a value, and what is refused ----
+
+def _comma_list(value: Any) -> Any:
+    return tuple(item.strip() for item in value.split(",") if item.strip()) if isinstance(value, str) else value
+
+
+def _flag(value: Any) -> Any:
+    # Anything but a yes is a no, as it always was: a typo never stops the start.
+    return value.strip().lower() in {"1", "true", "yes", "on"} if isinstance(value, str) else value
+
+
+def _checked_model(model: str) -> str:
+    split_model(model)  # its ValueError is the explanation
     return model
 
 
-def _model(env: Mapping[str, str], name: str, default: str) -> str:
-    """A model name from a variable, checked: an unknown provider stops the start."""
-    return _checked_model(name, env.get(name, "").strip() or default)
-
-
-def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    return tuple(item.strip() for item in env.get(name, "").split(",") if item.strip())
+def _api_keys(value: Any) -> Any:
+    """`user:token,user2:token2` → {token: user}; tokens are what clients present."""
+    if not isinstance(value, str):
+        return value
+    keys: dict[str, str] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        user, sep, token = pair.partition(":")
+        if not sep or not user.strip() or not token.strip():
+            raise ValueError("must look like 'user:token,user2:token2'")
+        keys[token.strip()] = user.strip()
+    return keys
 
 
 # An origin is what a browser sends: scheme://host[:port], here also with `:*` for any port.
@@ -109,118 +86,209 @@ _ORIGIN = re.compile(r"https?://([^\s/:\[\]*]+|\[[0-9a-f:.]+\])(:(\d+|\*))?", re
 _HOST = re.compile(r"\*|(\*\.)?[^\s/:\[\]*]+|\[[0-9a-f:.]+\]", re.IGNORECASE)
 
 
-def _origins(env: Mapping[str, str]) -> tuple[str, ...]:
-    origins = _list(env, "CHAT_AGENT_ALLOWED_ORIGINS")
+def _origins(origins: tuple[str, ...]) -> tuple[str, ...]:
     for origin in origins:
         if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin):
-            raise ConfigError(f"CHAT_AGENT_ALLOWED_ORIGINS: {origin!r} is not an origin like "
-                              "https://app.example.com or http://localhost:* (no path, no trailing slash)")
+            raise ValueError(f"{origin!r} is not an origin like https://app.example.com or http://localhost:* "
+                             "(no path, no trailing slash)")
     return origins
 
 
-def _hosts(env: Mapping[str, str]) -> tuple[str, ...]:
-    hosts = tuple(h.lower() for h in _list(env, "CHAT_AGENT_ALLOWED_HOSTS"))
+def _hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
+    hosts = tuple(h.lower() for h in hosts)
     for host in hosts:
         if not _HOST.fullmatch(host):
-            raise ConfigError(f"CHAT_AGENT_ALLOWED_HOSTS: {host!r} is not a host name like chat.example.com, "
-                              "*.example.com, [::1] or * (no scheme, no port)")
+            raise ValueError(f"{host!r} is not a host name like chat.example.com, *.example.com, [::1] or * "
+                             "(no scheme, no port)")
     return hosts
 
 
-def _instance_id(env: Mapping[str, str]) -> str:
-    raw = env.get("CHAT_AGENT_INSTANCE_ID", "").strip()
-    if raw and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", raw):
-        raise ConfigError("CHAT_AGENT_INSTANCE_ID must be 1 to 32 letters, digits, '-' or '_'")
-    return raw
-
-
-def _approval_timeout(env: Mapping[str, str]) -> float:
-    value = _float(env, "CHAT_AGENT_APPROVAL_TIMEOUT", 600.0)
-    if value <= 0:
-        raise ConfigError(f"CHAT_AGENT_APPROVAL_TIMEOUT must be a positive number of seconds, got {value}")
+def _instance_id(value: str) -> str:
+    if value and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", value):
+        raise ValueError("must be 1 to 32 letters, digits, '-' or '_'")
     return value
 
 
-def _lease_seconds(env: Mapping[str, str]) -> float:
-    value = _float(env, "CHAT_AGENT_LEASE_SECONDS", 10.0)
-    if not 1.0 <= value <= 300.0:
-        raise ConfigError(f"CHAT_AGENT_LEASE_SECONDS must be between 1 and 300, got {value}")
-    return value
+def _log_level(value: str) -> str:
+    if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ValueError(f"{value!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+    return value.upper()
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8000
-    data_dir: Path = Path("data")
-    database_url: str | None = None
-    anthropic_api_key: str | None = None
-    anthropic_base_url: str | None = None
+Flag = Annotated[bool, BeforeValidator(_flag)]
+Names = Annotated[tuple[str, ...], BeforeValidator(_comma_list)]
+Model = Annotated[str, AfterValidator(_checked_model)]
+Models = Annotated[tuple[Model, ...], BeforeValidator(_comma_list)]
+Positive = Annotated[int, Field(gt=0)]
+Seconds = Annotated[float, Field(gt=0)]
+
+
+def setting(default: Any, doc: str, *, env: str | None = None, shown: str | None = None,
+            section: str | None = None) -> Any:
+    """A field that is a variable. `doc` says what it does (Markdown, for the docs), `env`
+    names a variable outside our prefix, `shown` says the default in words where its value
+    would not, and `section` starts a group of the docs' table at this field."""
+    extra = {"env": env, "shown": shown, "section": section}
+    if isinstance(default, (dict, list, set, frozenset)):
+        return Field(default_factory=lambda: type(default)(default), description=doc, json_schema_extra=extra)
+    return Field(default, description=doc, json_schema_extra=extra)
+
+
+def variable(name: str, field: FieldInfo) -> str | None:
+    """The environment variable of a field, or None for a field that is not one."""
+    extra = field.json_schema_extra
+    if not isinstance(extra, dict) or "env" not in extra:
+        return None
+    return str(extra["env"] or PREFIX + name.upper())
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(frozen=True, extra="forbid", case_sensitive=True)
+
+    host: str = setting("127.0.0.1", "the address the server listens on (`0.0.0.0`: every interface; then "
+                        "auth is required, see `CHAT_AGENT_API_KEYS`)", section="Server")
+    port: int = setting(8000, "the port it listens on")
+    data_dir: Path = setting(Path("data"), "the SQLite file (`chat-agent.db`), local files, sandbox scratch dirs",
+                             shown="`./data`")
+    database_url: str | None = setting(
+        None, "`sqlite:///path/to/file.db`, or PostgreSQL: `postgresql://user:password@host:5432/dbname` (libpq's "
+        "URL; `postgres://` too; `?options=-csearch_path%3Dname` keeps the tables in schema `name`). The schema is "
+        "created or migrated at start-up, once however many instances start together", shown="SQLite in the data dir")
+    log_level: Annotated[str, AfterValidator(_log_level)] = setting("INFO", "`DEBUG`, `INFO`, `WARNING`…")
+    demo: Flag = setting(False, "`1`: the offline demo model (as `server.py --demo`), only while no "
+                         "`ANTHROPIC_API_KEY` is set: with a key, only `--demo` switches to it", shown="off")
+
+    anthropic_api_key: str | None = setting(None, "the Anthropic SDK's own variable", env="ANTHROPIC_API_KEY",
+                                            section="Models")
+    anthropic_base_url: str | None = setting(None, "the Anthropic SDK's own variable (a proxy works)",
+                                             env="ANTHROPIC_BASE_URL", shown="the SDK's")
     # OpenAI-compatible providers (OpenAI, Ollama, vLLM, OpenRouter, LiteLLM): the SDK's own variables.
-    openai_api_key: str | None = None
-    openai_base_url: str | None = None
-    model: str = DEFAULT_MODEL
-    small_model: str = DEFAULT_SMALL_MODEL
-    allowed_models: tuple[str, ...] = ()
-    max_output_tokens: int = 8192
-    thinking_budget: int = 4096
-    max_context_tokens: int = 200_000
-    summary_chars: int = 300_000
-    max_steps: int = 12
-    reflection_delay: float = 300.0
-    llm_max_retries: int = 2
-    llm_timeout: float = 600.0
+    openai_api_key: str | None = setting(None, "the openai SDK's own variable, for `openai:` models",
+                                         env="OPENAI_API_KEY")
+    openai_base_url: str | None = setting(
+        None, "the openai SDK's own variable: OpenAI, or any OpenAI-compatible server (Ollama, vLLM, OpenRouter, "
+        "a LiteLLM proxy; see [Other model providers](models.md))", env="OPENAI_BASE_URL", shown="OpenAI's")
+    model: Model = setting(DEFAULT_MODEL, "the main model. A name may carry its provider: `openai:gpt-4.1`, "
+                           "`anthropic:claude-sonnet-4-6`; a bare name is Anthropic's. An unknown prefix stops the start")
+    small_model: Model = setting(DEFAULT_SMALL_MODEL, "the model for summaries, titles, reflection (named as above)")
+    allowed_models: Models = setting((), "comma-separated models a client may pick with `settings.model` (named as "
+                                     "above; each message goes to its model's provider)", shown="the two above")
+    max_output_tokens: int = setting(8192, "output budget of one model call")
+    thinking_budget: int = setting(4096, "thinking budget when a message asks for `thinking`")
+    max_context_tokens: int = setting(200_000, "the context window shown as `maxTokens`")
+    summary_chars: int = setting(300_000, "summarize the model-facing history past this many characters")
+    max_steps: int = setting(12, "model calls per turn before it stops with `max_steps`")
+    reflection_delay: float = setting(300.0, "seconds of quiet after an artifact change before the background "
+                                      "reflection")
+    llm_max_retries: int = setting(2, "retries of a model call that failed before any of it was shown: a "
+                                   "408/409/429/5xx/529 answer, a connection refused or timed out, an error inside "
+                                   "the stream (each told to clients as `status` `retrying`)")
+    llm_timeout: float = setting(600.0, "seconds for one model call")
     # A model call that sends nothing for this long (before its first piece or between two) is
     # given up; while it has sent nothing yet, clients get `status` every `status_interval` s.
-    model_idle_timeout: float = 120.0
+    model_idle_timeout: Seconds = setting(120.0, "seconds a model call may send nothing (before its first piece or "
+                                          "between two) before it is given up with `llm_error`; raise it for a slow "
+                                          "local model that reads a long prompt before it answers")
     status_interval: float = 5.0
-    exa_api_key: str | None = None
-    exa_base_url: str | None = None
-    tool_timeout: float = 120.0
-    tool_output_chars: int = 40_000
+
+    exa_api_key: str | None = setting(None, "web search (`web_search` is offered only with a key; the demo searches "
+                                      "canned pages without one)", env="EXA_API_KEY", section="Tools")
+    exa_base_url: str | None = setting(None, "Exa's API", env="EXA_BASE_URL", shown="Exa's")
+    tool_timeout: float = setting(120.0, "seconds a tool may run")
+    tool_output_chars: int = setting(40_000, "a tool result is cut to this many characters")
     # Tools beyond the built-in ones: `module:attribute` entries, and MCP servers' JSON file.
-    tools: tuple[str, ...] = ()
-    mcp_config: Path | None = None
-    max_frame_bytes: int = 1 << 20
-    ws_ping_interval: float = 20.0
+    tools: Names = setting((), "comma-separated `package.module:attribute`, each a LangChain tool, a list of them, "
+                           "or a factory taking the settings (see [Tools and MCP](tools.md))", shown="none")
+    mcp_config: Path | None = setting(None, "a JSON file of MCP servers, `{\"mcpServers\": {...}}` as other clients "
+                                      "write it (see [Tools and MCP](tools.md))")
+    require_approval: Annotated[frozenset[str], BeforeValidator(_comma_list)] = setting(
+        frozenset(), "comma-separated tool names (`*`: all) that wait for the user's `approve` before they run",
+        shown="none")
+    approval_timeout: Seconds = setting(600.0, "seconds an approval request waits before it is declined as timed out")
+    image_api_base_url: str | None = setting(None, "an OpenAI-compatible images API for `generate_image` / "
+                                             "`edit_image` (offered only when set)")
+    image_api_key: str | None = setting(None, "its key")
+    image_model: str = setting("gpt-image-1", "its model")
+    code_timeout: float = setting(30.0, "`code_interpreter`'s wall-clock limit, in seconds")
+    code_memory_mb: int = setting(512, "`code_interpreter`'s memory limit, in MB")
+    code_unsandboxed: Flag = setting(False, "`1` runs model-written code WITHOUT a sandbox where bubblewrap cannot "
+                                     "run (dangerous; logged loudly)", shown="off")
+    research_max_searches: int = setting(8, "searches of one `deep_research` call")
+    research_timeout: float = setting(240.0, "seconds of one `deep_research` call")
+
+    max_frame_bytes: int = setting(1 << 20, "client frames above this get `too_large` (the socket stays)",
+                                   section="Connections and limits")
+    ws_ping_interval: float = setting(20.0, "seconds between WebSocket pings")
     # Frames queued for clients that read slower than their conversation writes, in bytes.
-    max_backlog_bytes: int = 512 << 20  # across all connections
-    max_connection_backlog_bytes: int = 64 << 20
-    api_keys: dict[str, str] = field(default_factory=dict)
-    allow_no_auth: bool = False
+    max_backlog_bytes: Positive = setting(512 << 20, "memory all sockets together may hold in frames their clients "
+                                          "have not read yet; past it the client furthest behind is closed with "
+                                          "`1013`", shown="`536870912` (512 MB)")
+    max_connection_backlog_bytes: Positive = setting(64 << 20, "the same for one socket", shown="`67108864` (64 MB)")
+    upload_max_bytes: int = setting(20 * 1024 * 1024, "largest upload (and inline `data` image); above it: 413 / "
+                                    "`too_large`", shown="`20971520` (20 MB)")
+    image_fetch_max_bytes: int = setting(20 * 1024 * 1024, "largest image attached by `url` (public addresses only)",
+                                         shown="`20971520` (20 MB)")
+    image_fetch_timeout: float = setting(15.0, "seconds to fetch an image attached by `url`")
+    document_inline_chars: int = setting(30_000, "documents up to this size go into the message whole; longer ones "
+                                         "are read with `analyze_document`")
+
+    api_keys: Annotated[dict[str, str], BeforeValidator(_api_keys)] = setting(
+        {}, "`user:token,user2:token2` turns auth on", shown="off", section="Auth and browsers")
+    allow_no_auth: Flag = setting(False, "`1` allows a non-loopback host without auth", shown="off")
     local_user: str = "local"
-    # Browsers (web/origins.py): empty means the defaults of PROTOCOL.md for where we listen.
-    allowed_origins: tuple[str, ...] = ()
-    allowed_hosts: tuple[str, ...] = ()
-    # Files: uploads, attachments, generated images.
-    upload_max_bytes: int = 20 * 1024 * 1024
-    s3_bucket: str | None = None
-    s3_endpoint_url: str | None = None
-    s3_public_base_url: str | None = None
-    image_fetch_max_bytes: int = 20 * 1024 * 1024
-    image_fetch_timeout: float = 15.0
-    document_inline_chars: int = 30_000
-    # Image generation through an OpenAI-compatible images API.
-    image_api_base_url: str | None = None
-    image_api_key: str | None = None
-    image_model: str = "gpt-image-1"
-    # The code interpreter's sandbox.
-    code_timeout: float = 30.0
-    code_memory_mb: int = 512
-    code_unsandboxed: bool = False
-    # Deep research.
-    research_max_searches: int = 8
-    research_timeout: float = 240.0
+    # Browsers (web/origins.py): empty means the defaults of the protocol for where we listen.
+    allowed_origins: Annotated[Names, AfterValidator(_origins)] = setting(
+        (), "comma-separated origins whose pages may use the server (`https://app.example.com`, `http://localhost:*` "
+        "for any port, `*` for all); others get 403 `forbidden_origin`",
+        shown="on loopback: `http://localhost:*`, `http://127.0.0.1:*`, `http://[::1]:*`; always the server's own "
+        "origin")
+    allowed_hosts: Annotated[Names, AfterValidator(_hosts)] = setting(
+        (), "comma-separated `Host` names the server answers (`chat.example.com`, `*.example.com`, `*`); others get "
+        "400", shown="the listening host, `localhost`, `127.0.0.1`, `[::1]`")
+
+    s3_bucket: str | None = setting(None, "store files in this S3 or Cloudflare R2 bucket (credentials the boto3 "
+                                    "way: `AWS_ACCESS_KEY_ID`…) instead of the data dir", shown="local files",
+                                    section="Storage and several instances")
+    s3_endpoint_url: str | None = setting(None, "the S3 API's URL, for R2, MinIO and other S3-compatible stores",
+                                          shown="AWS")
+    s3_public_base_url: str | None = setting(None, "a public bucket's base URL (R2): file URLs point there instead "
+                                             "of `/api/uploads/{id}`")
     # Several instances (sessions/ownership.py): the bus, and how long an owner's lease lasts
     # without renewal (a dead instance's turns are closed within about 1.5 times that).
-    redis_url: str | None = None
-    instance_id: str = ""  # "" : a new one each start
-    lease_seconds: float = 10.0
-    # Tool approval: tools that wait for the user before they run ("*": all), and how long.
-    require_approval: frozenset[str] = frozenset()
-    approval_timeout: float = 600.0
-    # The offline demo model (chat_agent/model/demo.py) instead of Anthropic's.
-    demo: bool = False
+    redis_url: str | None = setting(None, "with several instances: carry frames and commands between them over Redis "
+                                    "pub/sub instead of PostgreSQL's LISTEN/NOTIFY",
+                                    shown="PostgreSQL's, when the database is")
+    instance_id: Annotated[str, AfterValidator(_instance_id)] = setting(
+        "", "this instance's name in leases and logs (1 to 32 letters, digits, `-`, `_`)",
+        shown="a new random one each start")
+    lease_seconds: Annotated[float, Field(ge=1.0, le=300.0)] = setting(
+        10.0, "how long an instance owns a conversation without renewing (1 to 300); a dead instance's turns are "
+        "closed by another within about 1.2 times that")
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+                                   **_: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Only what the caller passes: reading the environment is `from_env`'s job alone.
+        return (init_settings,)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """The settings the environment (`os.environ`, or `env`) describes; ConfigError names
+        the variable of the first value the server cannot run with."""
+        env = os.environ if env is None else env
+        try:
+            settings = cls(**Environment(cls, env)())
+        except ValidationError as exc:
+            raise ConfigError(_explain(cls, exc)) from None
+        if settings.demo and settings.anthropic_api_key:
+            # The variable never hides a real key's model: only `--demo` does that (server.py).
+            settings = settings.model_copy(update={"demo": False})
+        return settings
+
+    @classmethod
+    def variables(cls) -> dict[str, str]:
+        """{variable: field name} of every field that is a variable, in declaration order."""
+        return {env: name for name, field in cls.model_fields.items() if (env := variable(name, field))}
 
     @property
     def auth_enabled(self) -> bool:
@@ -250,67 +318,41 @@ class Settings:
     def provider_key(self, provider: str) -> str | None:
         return {"anthropic": self.anthropic_api_key, "openai": self.openai_api_key}.get(provider)
 
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        env = os.environ if env is None else env
-        model = _model(env, "CHAT_AGENT_MODEL", DEFAULT_MODEL)
-        small_model = _model(env, "CHAT_AGENT_SMALL_MODEL", DEFAULT_SMALL_MODEL)
-        allowed = tuple(_checked_model("CHAT_AGENT_ALLOWED_MODELS", m) for m in _list(env, "CHAT_AGENT_ALLOWED_MODELS"))
-        return cls(
-            host=env.get("CHAT_AGENT_HOST") or "127.0.0.1",
-            port=_int(env, "CHAT_AGENT_PORT", 8000),
-            data_dir=Path(env.get("CHAT_AGENT_DATA_DIR") or "data"),
-            database_url=env.get("CHAT_AGENT_DATABASE_URL") or None,
-            anthropic_api_key=env.get("ANTHROPIC_API_KEY") or None,
-            anthropic_base_url=env.get("ANTHROPIC_BASE_URL") or None,
-            openai_api_key=env.get("OPENAI_API_KEY") or None,
-            openai_base_url=env.get("OPENAI_BASE_URL") or None,
-            model=model,
-            small_model=small_model,
-            allowed_models=allowed,
-            max_output_tokens=_int(env, "CHAT_AGENT_MAX_OUTPUT_TOKENS", 8192),
-            thinking_budget=_int(env, "CHAT_AGENT_THINKING_BUDGET", 4096),
-            max_context_tokens=_int(env, "CHAT_AGENT_MAX_CONTEXT_TOKENS", 200_000),
-            summary_chars=_int(env, "CHAT_AGENT_SUMMARY_CHARS", 300_000),
-            max_steps=_int(env, "CHAT_AGENT_MAX_STEPS", 12),
-            reflection_delay=_float(env, "CHAT_AGENT_REFLECTION_DELAY", 300.0),
-            llm_max_retries=_int(env, "CHAT_AGENT_LLM_MAX_RETRIES", 2),
-            llm_timeout=_float(env, "CHAT_AGENT_LLM_TIMEOUT", 600.0),
-            model_idle_timeout=_seconds(env, "CHAT_AGENT_MODEL_IDLE_TIMEOUT", 120.0),
-            exa_api_key=env.get("EXA_API_KEY") or None,
-            exa_base_url=env.get("EXA_BASE_URL") or None,
-            tool_timeout=_float(env, "CHAT_AGENT_TOOL_TIMEOUT", 120.0),
-            tool_output_chars=_int(env, "CHAT_AGENT_TOOL_OUTPUT_CHARS", 40_000),
-            tools=_list(env, "CHAT_AGENT_TOOLS"),
-            mcp_config=Path(env["CHAT_AGENT_MCP_CONFIG"]) if env.get("CHAT_AGENT_MCP_CONFIG", "").strip() else None,
-            max_frame_bytes=_int(env, "CHAT_AGENT_MAX_FRAME_BYTES", 1 << 20),
-            ws_ping_interval=_float(env, "CHAT_AGENT_WS_PING_INTERVAL", 20.0),
-            max_backlog_bytes=_positive(env, "CHAT_AGENT_MAX_BACKLOG_BYTES", 512 << 20),
-            max_connection_backlog_bytes=_positive(env, "CHAT_AGENT_MAX_CONNECTION_BACKLOG_BYTES", 64 << 20),
-            api_keys=_api_keys(env.get("CHAT_AGENT_API_KEYS", "")),
-            allow_no_auth=_flag(env, "CHAT_AGENT_ALLOW_NO_AUTH"),
-            allowed_origins=_origins(env),
-            allowed_hosts=_hosts(env),
-            upload_max_bytes=_int(env, "CHAT_AGENT_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
-            s3_bucket=env.get("CHAT_AGENT_S3_BUCKET") or None,
-            s3_endpoint_url=env.get("CHAT_AGENT_S3_ENDPOINT_URL") or None,
-            s3_public_base_url=env.get("CHAT_AGENT_S3_PUBLIC_BASE_URL") or None,
-            image_fetch_max_bytes=_int(env, "CHAT_AGENT_IMAGE_FETCH_MAX_BYTES", 20 * 1024 * 1024),
-            image_fetch_timeout=_float(env, "CHAT_AGENT_IMAGE_FETCH_TIMEOUT", 15.0),
-            document_inline_chars=_int(env, "CHAT_AGENT_DOCUMENT_INLINE_CHARS", 30_000),
-            image_api_base_url=env.get("CHAT_AGENT_IMAGE_API_BASE_URL") or None,
-            image_api_key=env.get("CHAT_AGENT_IMAGE_API_KEY") or None,
-            image_model=env.get("CHAT_AGENT_IMAGE_MODEL") or "gpt-image-1",
-            code_timeout=_float(env, "CHAT_AGENT_CODE_TIMEOUT", 30.0),
-            code_memory_mb=_int(env, "CHAT_AGENT_CODE_MEMORY_MB", 512),
-            code_unsandboxed=_flag(env, "CHAT_AGENT_CODE_UNSANDBOXED"),
-            research_max_searches=_int(env, "CHAT_AGENT_RESEARCH_MAX_SEARCHES", 8),
-            redis_url=env.get("CHAT_AGENT_REDIS_URL") or None,
-            instance_id=_instance_id(env),
-            lease_seconds=_lease_seconds(env),
-            research_timeout=_float(env, "CHAT_AGENT_RESEARCH_TIMEOUT", 240.0),
-            require_approval=frozenset(_list(env, "CHAT_AGENT_REQUIRE_APPROVAL")),
-            approval_timeout=_approval_timeout(env),
-            # The variable never hides a real key's model: only `--demo` does that (server.py).
-            demo=_flag(env, "CHAT_AGENT_DEMO") and not env.get("ANTHROPIC_API_KEY"),
-        )
+
+class Environment(PydanticBaseSettingsSource):
+    """The values of a mapping of variables, by field name. A variable that is empty (or only
+    blanks) counts as unset; values lose surrounding blanks (a pasted key's newline, say)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], env: Mapping[str, str]):
+        super().__init__(settings_cls)
+        self.env = env
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        name = variable(field_name, field)
+        value = self.env.get(name, "").strip() if name else ""
+        return (value or None), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[key] = value
+        return values
+
+
+_REASONS = {"int_parsing": "must be an integer", "float_parsing": "must be a number",
+            "greater_than": "must be greater than {gt}", "greater_than_equal": "must be at least {ge}",
+            "less_than_equal": "must be at most {le}", "finite_number": "must be a finite number"}
+
+
+def _explain(settings_cls: type[Settings], exc: ValidationError) -> str:
+    """`CHAT_AGENT_PORT: must be an integer, got 'abc'`: the first error, by its variable."""
+    error = exc.errors(include_url=False)[0]
+    name = str(error["loc"][0]) if error["loc"] else ""
+    field = settings_cls.model_fields.get(name)
+    where = (variable(name, field) if field else None) or name
+    if error["type"] == "value_error":
+        return f"{where}: {str(error['ctx']['error'])}"
+    reason = _REASONS.get(error["type"], error["msg"][:1].lower() + error["msg"][1:]).format(**error.get("ctx", {}))
+    return f"{where}: {reason}, got {error['input']!r}"

@@ -181,6 +181,46 @@ def test_a_corrupt_png_is_refused() -> None:
         prepare_image(bytes(data))
 
 
+def with_chunk_before_data(png: bytes, kind: bytes, body: bytes, crc: int | None = None) -> bytes:
+    """`png` with one more chunk right after IHDR (where Pillow checks checksums on open)."""
+    crc = zlib.crc32(kind + body) if crc is None else crc
+    return png[:33] + struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc) + png[33:]
+
+
+def test_a_damaged_ancillary_chunk_is_dropped_and_the_image_passes() -> None:
+    """Like the reference MCP "everything" server's sample image: one text chunk with a
+    wrong checksum. The picture is whole, so it goes through, less that chunk."""
+    clean = encode(picture((40, 30)), "PNG")
+    damaged = with_chunk_before_data(clean, b"tEXt", b"Comment\0hello", crc=0xDEADBEEF)
+    with pytest.raises(Exception):
+        Image.open(io.BytesIO(damaged))  # what Pillow alone does with it
+    prepared = prepare_image(damaged)
+    assert (prepared.media_type, prepared.width, prepared.height) == ("image/png", 40, 30)
+    assert prepared.data == clean
+    intact = with_chunk_before_data(clean, b"tEXt", b"Comment\0hello")
+    assert prepare_image(intact).data == intact  # sound chunks stay
+
+
+def test_a_damaged_critical_chunk_is_refused_saying_which() -> None:
+    data = bytearray(encode(picture((8, 8)), "PNG"))
+    data[29] ^= 0xFF  # the IHDR chunk's checksum
+    with pytest.raises(ImageError, match="PNG image is damaged: its IHDR chunk has a bad checksum"):
+        prepare_image(bytes(data))
+
+
+@pytest.mark.parametrize("data, what", [
+    (b"%PDF-1.7\n%\xe2\xe3\n1 0 obj", "a PDF document, not an image"),
+    (b"<!DOCTYPE html><html><body>404</body></html>", "an HTML page, not an image"),
+    (b'<?xml version="1.0"?><svg xmlns="http://www.w3.org/2000/svg"/>', "an SVG drawing, not an image"),
+    (b"PK\x03\x04" + bytes(40), "a ZIP archive, not an image"),
+    (b"\x00\x00\x00\x18ftypheic" + bytes(40), "a HEIC image; an image must be a PNG, JPEG, GIF or WEBP"),
+    (b"\x01\xff\xfe\x80" * 16, "not an image \\(it starts with the bytes 01 ff fe 80 01 ff fe 80\\)"),
+])
+def test_what_is_not_an_image_is_named(data: bytes, what: str) -> None:
+    with pytest.raises(ImageError, match=f"The file is {what}"):
+        prepare_image(data)
+
+
 def test_empty_is_refused() -> None:
     with pytest.raises(ImageError, match="empty"):
         prepare_image(b"")

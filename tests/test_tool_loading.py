@@ -131,7 +131,7 @@ def test_mcp_config_in_the_common_shape(tmp_path: Path):
 
 @pytest.mark.parametrize(("config", "says"), [
     ("{not json", "not valid JSON"),
-    ({"servers": {}}, 'expected {"mcpServers": {name: {...}}}'),
+    ({"context_servers": {}}, 'expected {"mcpServers": {name: {...}}}'),
     ({"mcpServers": {"a__b": {"command": "x"}}}, "server 'a__b': a name is 1 to 40 letters"),
     ({"mcpServers": {"a": {"command": "x", "url": "http://h"}}}, 'give either "command"'),
     ({"mcpServers": {"a": {"url": "ftp://h"}}}, "url must start with http:// or https://"),

@@ -26,6 +26,7 @@ from PIL import Image
 
 from chat_agent.files.blobs import BlobNotFound, Blobs, open_blobs
 from chat_agent.config import Settings
+from chat_agent.files import png
 from chat_agent.files.sniff import EXTENSIONS, IMAGE_TYPES, FileError, sniff
 from chat_agent.store import AddFile, AttachFile, FileRecord, FileSource, Store
 from chat_agent.store.writer import StoreWriter
@@ -219,7 +220,7 @@ def _inspect(data: bytes, name: str) -> tuple[str, int | None, int | None]:
         return media_type, None, None
     formats = _PILLOW_FORMATS[media_type]
     try:
-        with Image.open(io.BytesIO(data), formats=formats) as image:
+        with Image.open(io.BytesIO(png.mend(data)), formats=formats) as image:
             width, height = image.size
     except Image.DecompressionBombError:
         raise FileError("too_large", f"{name!r} declares too many pixels to decode safely.") from None

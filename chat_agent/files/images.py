@@ -9,7 +9,8 @@ bomb checks count as errors too, and its global `Image.MAX_IMAGE_PIXELS` is left
 What comes out is what an image block carries:
 
 * an image that is already fine (long edge within `long_edge`, upright, one frame, not
-  CMYK, small enough) is sent as it came, byte for byte, once it has decoded cleanly;
+  CMYK, small enough) is sent as it came, byte for byte, once it has decoded cleanly (a
+  PNG less any ancillary chunk with a bad checksum: see `png.py`);
 * otherwise the first frame is decoded, turned upright by its EXIF orientation, scaled
   so its long edge is `long_edge` (Anthropic's recommended 1568 px) and re-encoded: PNG
   stays PNG (optimized), JPEG stays JPEG (quality 90), WEBP stays WEBP (quality 90), and
@@ -32,6 +33,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from chat_agent.files import png
 
 MEDIA_TYPES = {"PNG": "image/png", "JPEG": "image/jpeg", "GIF": "image/gif", "WEBP": "image/webp"}
 _FORMATS = tuple(MEDIA_TYPES)
@@ -74,6 +77,7 @@ def prepare_image(data: bytes, *, max_pixels: int = 40_000_000, long_edge: int =
     """
     if not data:
         raise ImageError("The image is empty.")
+    data = png.mend(data)
     fmt = _verify(data, max_pixels)
     with _reading(data), _open(data, max_pixels) as image:
         animated = getattr(image, "n_frames", 1) > 1
@@ -136,15 +140,36 @@ def _reading(data: bytes) -> Iterator[None]:
     except ImageError:
         raise
     except UnidentifiedImageError:
-        if _looks_like_text(data):
-            raise ImageError("The file is text, not an image.") from None
-        raise ImageError("The image must be a PNG, JPEG, GIF or WEBP file.") from None
+        raise ImageError(_not_an_image(data)) from None
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise ImageError("The image declares too many pixels to decode safely.") from None
     except MemoryError:
         raise ImageError("The image is too large to decode.") from None
     except Exception as exc:  # noqa: BLE001 - Pillow's plugins raise many kinds on bad input
         raise ImageError("The image file is damaged or incomplete.") from exc
+
+
+# Formats Pillow is not asked to read, by their first bytes (HEIC and AVIF: after the box size).
+_OTHER_FORMATS = ((0, b"BM", "a BMP image"), (0, b"II*\0", "a TIFF image"), (0, b"MM\0*", "a TIFF image"),
+                  (0, b"\0\0\1\0", "an ICO icon"), (4, b"ftypheic", "a HEIC image"),
+                  (4, b"ftypavif", "an AVIF image"), (0, b"%PDF-", "a PDF document"), (0, b"PK\3\4", "a ZIP archive"))
+
+
+def _not_an_image(data: bytes) -> str:
+    """Why bytes Pillow could not identify are refused, saying what they are instead."""
+    if data.startswith(png.SIGNATURE):
+        return f"The PNG image is damaged: {png.damage(data) or 'its data cannot be read'}."
+    other = next((name for at, magic, name in _OTHER_FORMATS if data[at:at + len(magic)] == magic), None)
+    if other and other.endswith(("image", "icon")):
+        return f"The file is {other}; an image must be a PNG, JPEG, GIF or WEBP file."
+    if other is None and _looks_like_text(data):
+        head = data[:512].decode("utf-8", "replace").lstrip().lower()
+        other = ("an SVG drawing" if "<svg" in head else "an HTML page" if head.startswith(("<!doctype html", "<html"))
+                 else "text")
+    if other:
+        return f"The file is {other}, not an image."
+    return (f"The file is not an image (it starts with the bytes {data[:8].hex(' ')}); an image must be a PNG, "
+            "JPEG, GIF or WEBP file.")
 
 
 def _looks_like_text(data: bytes) -> bool:

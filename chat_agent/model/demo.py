@@ -11,7 +11,6 @@ honoured as a real model must.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import re
 from typing import Any, AsyncIterator
@@ -239,5 +238,5 @@ def _draft(ask: str, search: str) -> dict[str, Any]:
 
 def demo_settings(settings: Settings) -> Settings:
     """The settings of a demo server: the demo model for everything, and nothing else to pick."""
-    return dataclasses.replace(settings, demo=True, model=MODEL_NAME, small_model=MODEL_NAME,
-                               allowed_models=(MODEL_NAME,))
+    return settings.model_copy(update={"demo": True, "model": MODEL_NAME, "small_model": MODEL_NAME,
+                                       "allowed_models": (MODEL_NAME,)})

@@ -5,7 +5,9 @@
 
 Its tools: `echo`, `count` (reports progress), `slow` (sleeps; a cancellation is written to the
 file named by DEMO_MCP_RECORD, one JSON line per event, so a test can assert that the
-server saw it), `picture` (returns an image) and `crash` (ends the process mid-call).
+server saw it), `picture` (returns an image), `damaged_picture` (a PNG with a bad checksum in
+an ancillary chunk, like the reference "everything" server's sample image), `not_a_picture`
+(an "image" that is an HTML page) and `crash` (ends the process mid-call).
 DEMO_MCP_RECORD also gets a `started` line with the pid each time the server starts.
 """
 
@@ -15,6 +17,7 @@ import asyncio
 import io
 import json
 import os
+import struct
 import sys
 import time
 
@@ -66,6 +69,29 @@ def picture(color: str = "red") -> list:
     out = io.BytesIO()
     PILImage.new("RGB", (8, 8), color).save(out, "PNG")
     return [f"a {color} square", Image(data=out.getvalue(), format="png")]
+
+
+def square(color: str) -> bytes:
+    from PIL import Image as PILImage
+
+    out = io.BytesIO()
+    PILImage.new("RGB", (8, 8), color).save(out, "PNG")
+    return out.getvalue()
+
+
+@server.tool()
+def damaged_picture() -> list:
+    """A green square as a PNG whose text chunk (ancillary) has a wrong checksum."""
+    png = square("green")
+    text = b"Comment\0made by the demo server"
+    chunk = struct.pack(">I", len(text)) + b"tEXt" + text + b"\xde\xad\xbe\xef"
+    return ["a damaged square", Image(data=png[:33] + chunk + png[33:], format="png")]
+
+
+@server.tool()
+def not_a_picture() -> list:
+    """An image content whose bytes are an HTML page."""
+    return [Image(data=b"<!doctype html><html><body>Not found</body></html>", format="png")]
 
 
 @server.tool()

@@ -1,5 +1,5 @@
 """`CHAT_AGENT_MCP_CONFIG`: the MCP servers to use, in the `{"mcpServers": {...}}` shape that
-Claude Desktop, Cursor and LibreChat read.
+Claude Desktop, Cursor, Cline and LibreChat read (or VS Code's `{"servers": {...}}`).
 
     {"mcpServers": {
         "files": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/srv"],
@@ -9,11 +9,19 @@ Claude Desktop, Cursor and LibreChat read.
 
 `${VAR}` in `env`, `headers` and `url` is read from our environment, so secrets stay out of
 the file. A file that cannot be read or has the wrong shape is a start-up error.
+
+Other clients' keys, so that a file copied from them works: `disabled: true` skips the
+server; `timeout` bounds each call of its tools, in seconds as Cline and Roo Code write it
+(a number above 3600 is milliseconds, as Claude Code and LibreChat write it); `autoApprove`
+and `alwaysAllow` are read and reported as ignored, since whether a tool waits for the user
+is the server's policy (`CHAT_AGENT_REQUIRE_APPROVAL`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -24,6 +32,13 @@ from chat_agent.config import ConfigError
 
 SERVER_NAME = re.compile(r"^[a-zA-Z0-9-]+(_[a-zA-Z0-9-]+)*$")  # no "__": it separates server from tool
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Keys of other clients' configurations that we read and do not act on, with why.
+_IGNORED = {key: "whether a tool waits for the user's approval is the server's policy (CHAT_AGENT_REQUIRE_APPROVAL)"
+            for key in ("autoApprove", "alwaysAllow")}
+_COMMON = {"type", "transport", "disabled", "timeout", *_IGNORED}
+_LONGEST_SECONDS = 3600  # Cline's and Roo Code's largest timeout; past it, a number is milliseconds
+
+logger = logging.getLogger("chat_agent.tools.mcp")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +50,7 @@ class StdioServer:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    timeout: float | None = None  # seconds per call; None: the registry's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +60,7 @@ class HttpServer:
     name: str
     url: str
     headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
 
 
 ServerSpec = StdioServer | HttpServer
@@ -58,10 +75,24 @@ def load_config(path: Path, environ: Mapping[str, str] | None = None) -> list[Se
         raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{where}: not valid JSON: {exc}") from None
-    servers = data.get("mcpServers") if isinstance(data, dict) else None
-    if not isinstance(servers, dict):
-        raise ConfigError(f'{where}: expected {{"mcpServers": {{name: {{...}}}}}} at the top level')
-    return [_server(f"{where}: server {name!r}", name, entry, environ) for name, entry in servers.items()]
+    servers = _servers(data)
+    if servers is None:
+        raise ConfigError(f'{where}: expected {{"mcpServers": {{name: {{...}}}}}} (or VS Code\'s {{"servers": ...}}) '
+                          "at the top level")
+    specs = []
+    for name, entry in servers.items():
+        if isinstance(entry, dict) and entry.get("disabled") is True:
+            logger.info("%s: server %r is disabled there: not started", where, name)
+            continue
+        specs.append(_server(f"{where}: server {name!r}", name, entry, environ))
+    return specs
+
+
+def _servers(data: Any) -> dict | None:
+    if not isinstance(data, dict):
+        return None
+    servers = data.get("mcpServers", data.get("servers"))
+    return servers if isinstance(servers, dict) else None
 
 
 def _server(where: str, name: str, entry: Any, environ: Mapping[str, str]) -> ServerSpec:
@@ -74,20 +105,36 @@ def _server(where: str, name: str, entry: Any, environ: Mapping[str, str]) -> Se
     if str(entry.get("type", entry.get("transport", ""))).lower() == "sse":
         raise ConfigError(f"{where}: the old SSE transport is not supported; give the server's streamable "
                           "HTTP endpoint (usually .../mcp)")
+    if not isinstance(entry.get("disabled", False), bool):
+        raise ConfigError(f"{where}: disabled must be true or false")
+    for key in sorted(_IGNORED.keys() & entry.keys()):
+        logger.warning("%s: %s is ignored: %s", where, key, _IGNORED[key])
+    timeout = _timeout(where, entry.get("timeout"))
     if "url" in entry:
         url = _string(where, "url", entry["url"], environ)
         if not url.startswith(("http://", "https://")):
             raise ConfigError(f"{where}: url must start with http:// or https://")
-        _only(where, entry, {"url", "headers", "type", "transport"})
-        return HttpServer(name, url, _strings(where, "headers", entry.get("headers", {}), environ))
-    _only(where, entry, {"command", "args", "env", "cwd", "type", "transport"})
+        _only(where, entry, {"url", "headers", *_COMMON})
+        return HttpServer(name, url, _strings(where, "headers", entry.get("headers", {}), environ), timeout)
+    _only(where, entry, {"command", "args", "env", "cwd", *_COMMON})
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ConfigError(f"{where}: args must be a list of strings")
     cwd = entry.get("cwd")
     return StdioServer(name, _string(where, "command", entry["command"], environ), tuple(args),
                        _strings(where, "env", entry.get("env", {}), environ),
-                       _string(where, "cwd", cwd, environ) if cwd is not None else None)
+                       _string(where, "cwd", cwd, environ) if cwd is not None else None, timeout)
+
+
+def _timeout(where: str, value: Any) -> float | None:
+    """Seconds per call; a number past an hour is taken as milliseconds (see the module doc)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: timeout must be a positive number of seconds")
+    seconds = float(value) / 1000 if value > _LONGEST_SECONDS else float(value)
+    logger.info("%s: each tool call may take %g s (timeout %g)", where, seconds, value)
+    return seconds
 
 
 def _only(where: str, entry: dict, allowed: set[str]) -> None:

@@ -142,7 +142,7 @@ class Supervisor:
                                "not offered", self.name, tool.name, made.name)
                 continue
             try:
-                registry.add(made, replace=made.name in self._shown)
+                registry.add(made, timeout=self.spec.timeout, replace=made.name in self._shown)
             except ValueError as exc:
                 logger.warning("MCP server %s: tool %r not offered: %s", self.name, tool.name, exc)
                 continue
