@@ -26,7 +26,7 @@ from pydantic import Field
 
 from .sandbox import runner as sandbox
 from .sandbox.scratch import remove_stale
-from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult
+from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult, name_list
 from chat_agent.tooling import (ConversationFiles, FileError, ImageError, PreparedImage, Settings, StoredFile, ToolContext,
                                 ToolUnavailable, image_block, image_format, prepare_image)
 
@@ -36,6 +36,7 @@ NAME = "code_interpreter"
 SCRATCH = "sandbox"  # under the data dir: the runs' temp dirs
 DEFAULT_IMAGES = 10  # without image_ids: the conversation's newest images, at most this many
 MAX_INPUTS = 20
+MAX_NOTES = 20  # notes on files not kept, listed per run
 MAX_IMAGES = 10  # images stored and shown per run; each costs the model ~1.6k tokens
 TEXT_MAX_BYTES = 20 * 1024
 TEXT_SUFFIXES = frozenset({".txt", ".csv", ".tsv", ".json", ".md"})
@@ -166,16 +167,16 @@ async def _outputs(ctx: ToolContext, files: ConversationFiles, written: list[San
 
 async def _store_image(files: ConversationFiles, file: SandboxFile, out: _Outputs) -> None:
     if len(out.images) == MAX_IMAGES:
-        out.notes.append(f"{file.name}: not kept (over {MAX_IMAGES} images in one run)")
+        out.notes.append(f"{name_list([file.name])}: not kept (over {MAX_IMAGES} images in one run)")
         return
     try:
         prepared = await asyncio.to_thread(prepare_image, file.data)
         stored = await files.save(file.data, PurePosixPath(file.name).name, source="code")
     except ImageError as exc:
-        out.notes.append(f"{file.name}: not kept ({exc})")
+        out.notes.append(f"{name_list([file.name])}: not kept ({exc})")
         return
     except FileError as exc:
-        out.notes.append(f"{file.name}: not kept ({exc.message})")
+        out.notes.append(f"{name_list([file.name])}: not kept ({exc.message})")
         return
     out.images.append((stored, prepared))
 
@@ -202,8 +203,10 @@ def _content(result: SandboxResult, limits: SandboxLimits, out: _Outputs) -> lis
         parts.append("(the code printed nothing)")
     parts += [f"--- file {name} ---\n{text.rstrip()}" for name, text in out.texts]
     if out.others:
-        parts.append("Other files written (not kept): " + ", ".join(f"{n} ({s:,} bytes)" for n, s in out.others))
-    parts += [f"Note: {note}" for note in out.notes]
+        parts.append("Other files written (not kept): " + name_list([f"{n} ({s:,} bytes)" for n, s in out.others]))
+    parts += [f"Note: {note}" for note in out.notes[:MAX_NOTES]]
+    if len(out.notes) > MAX_NOTES:
+        parts.append(f"Note: {len(out.notes) - MAX_NOTES} more files not kept.")
     if out.images:
         parts.append(f"{len(out.images)} image{'' if len(out.images) == 1 else 's'} stored, shown below.")
     blocks: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(parts)}]

@@ -57,6 +57,7 @@ WORK = "/mnt/data"  # where the code sees its files; the path code interpreters 
 CODE_NAME = ".main.py"  # hidden, so never returned as an output
 RUN_UIDS = range(1_000_000_000, 2_000_000_000)  # as root, each run's own uid: its own RLIMIT_NPROC count
 MAX_FILES = 100  # files returned; their total size is capped by `file_mb`
+NOTE_NAMES, NOTE_NAME_CHARS = 20, 120  # file names listed in a note, and characters of each
 SELF_KILL_GRACE = 1.0  # seconds past `wall_seconds` before the sandbox ends itself
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MB = 1024 * 1024
@@ -309,6 +310,14 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
         return file.read(limit + 1)
 
 
+def name_list(names: list[str], most: int = NOTE_NAMES) -> str:
+    """Names for a note, bounded however many and however long they are (a program can write
+    thousands of files with 255-character names, 15 directories deep)."""
+    shown = [n if len(n) <= NOTE_NAME_CHARS else n[:NOTE_NAME_CHARS - 1] + "…" for n in names[:most]]
+    more = f" and {len(names) - most:,} more" if len(names) > most else ""
+    return ", ".join(shown) + more
+
+
 def _notes(exit_code: int | None, timed_out: bool, limits: SandboxLimits, skipped: list[str]) -> str:
     notes = []
     if timed_out:
@@ -317,5 +326,5 @@ def _notes(exit_code: int | None, timed_out: bool, limits: SandboxLimits, skippe
         name = signal.Signals(exit_code - 128).name
         notes.append(f"killed by {name}" + (" (the CPU time limit)" if name == "SIGXCPU" else ""))
     if skipped:
-        notes.append(f"files not returned (over {MAX_FILES} files or {limits.file_mb} MB): {', '.join(skipped)}")
+        notes.append(f"files not returned (over {MAX_FILES} files or {limits.file_mb} MB): {name_list(skipped)}")
     return "".join(f"\n[sandbox: {note}]" for note in notes)
