@@ -148,6 +148,65 @@ def _lease_seconds(env: Mapping[str, str]) -> float:
     return value
 
 
+# ---- Security and fair use (docs/security.md) ----------------------------------------------------
+LIMIT_NAMES = ("turns_per_minute", "tokens_per_day", "sockets", "uploads_per_minute", "upload_bytes_per_day",
+               "concurrent_turns")
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-user quotas (PROTOCOL 1.2 "Quotas"); None: unlimited."""
+    turns_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    sockets: int | None = None
+    uploads_per_minute: int | None = None
+    upload_bytes_per_day: int | None = None
+    concurrent_turns: int | None = None  # ours, beside the protocol's names
+
+    def items(self) -> list[tuple[str, int | None]]:
+        return [(name, getattr(self, name)) for name in LIMIT_NAMES]
+
+
+def _limits(env: Mapping[str, str]) -> Limits:
+    """`CHAT_AGENT_LIMITS=turns_per_minute=20,sockets=10`."""
+    values: dict[str, int] = {}
+    for pair in _list(env, "CHAT_AGENT_LIMITS"):
+        name, sep, raw = (part.strip() for part in pair.partition("="))
+        if not sep or name not in LIMIT_NAMES:
+            raise ConfigError(f"CHAT_AGENT_LIMITS: {pair!r} is not name=value with a name among {', '.join(LIMIT_NAMES)}")
+        try:
+            value = int(raw.replace("_", ""))
+        except ValueError:
+            raise ConfigError(f"CHAT_AGENT_LIMITS: {name} must be a whole number, got {raw!r}") from None
+        if value <= 0:
+            raise ConfigError(f"CHAT_AGENT_LIMITS: {name} must be positive (leave it out for no limit), got {value}")
+        values[name] = value
+    return Limits(**values)
+
+
+def _jwt_issuer(env: Mapping[str, str]) -> str | None:
+    raw = env.get("CHAT_AGENT_JWT_ISSUER", "").strip()
+    if not raw:
+        return None
+    match = re.fullmatch(r"(https?)://([^/:?#]+|\[[0-9a-fA-F:.]+\])(:\d+)?(/[^?#]*)?", raw)
+    if match is None:
+        raise ConfigError(f"CHAT_AGENT_JWT_ISSUER must be an issuer URL like https://login.example.com/realm, got {raw!r}")
+    # Keys fetched over plain HTTP could be swapped by anyone on the way: only on this machine.
+    if match.group(1) == "http" and match.group(2).strip("[]") not in {"localhost", "127.0.0.1", "::1"}:
+        raise ConfigError("CHAT_AGENT_JWT_ISSUER must use https (plain http only for an issuer on loopback)")
+    return raw
+
+
+def _jwt_algorithms(env: Mapping[str, str]) -> tuple[str, ...]:
+    chosen = _list(env, "CHAT_AGENT_JWT_ALGORITHMS") or JWT_ALGORITHMS
+    wrong = [a for a in chosen if a not in JWT_ALGORITHMS]
+    if wrong:  # never `none`, never a shared-secret HMAC: the keys come from the issuer's JWKS
+        raise ConfigError(f"CHAT_AGENT_JWT_ALGORITHMS: {', '.join(wrong)} not allowed (choose from "
+                          f"{', '.join(JWT_ALGORITHMS)})")
+    return chosen
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     host: str = "127.0.0.1"
@@ -221,10 +280,24 @@ class Settings:
     approval_timeout: float = 600.0
     # The offline demo model (chat_agent/model/demo.py) instead of Anthropic's.
     demo: bool = False
+    # ---- Security and fair use (docs/security.md) ----
+    limits: Limits = field(default_factory=Limits)  # CHAT_AGENT_LIMITS
+    # Sign-in with an identity provider: JWTs verified against the issuer's JWKS.
+    jwt_issuer: str | None = None  # CHAT_AGENT_JWT_ISSUER
+    jwt_audience: tuple[str, ...] = ()  # CHAT_AGENT_JWT_AUDIENCE (comma-separated; one must match)
+    jwt_user_claim: str = "sub"  # CHAT_AGENT_JWT_USER_CLAIM
+    jwt_algorithms: tuple[str, ...] = JWT_ALGORITHMS  # CHAT_AGENT_JWT_ALGORITHMS
+    jwks_refresh: float = 30.0  # CHAT_AGENT_JWKS_REFRESH: least seconds between fetches for an unknown key
+    # Slow clients: a request's head must arrive within header_timeout; its body within
+    # body_timeout plus a second per body_min_rate bytes; a WebSocket must be accepted as fast.
+    header_timeout: float = 10.0  # CHAT_AGENT_HEADER_TIMEOUT
+    body_timeout: float = 20.0  # CHAT_AGENT_BODY_TIMEOUT
+    body_min_rate: int = 4096  # CHAT_AGENT_BODY_MIN_RATE (bytes per second)
+    code_disk_mb: int = 100  # CHAT_AGENT_CODE_DISK_MB: all the files one code_interpreter run may write
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_keys)
+        return bool(self.api_keys) or self.jwt_issuer is not None
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -256,6 +329,11 @@ class Settings:
         model = _model(env, "CHAT_AGENT_MODEL", DEFAULT_MODEL)
         small_model = _model(env, "CHAT_AGENT_SMALL_MODEL", DEFAULT_SMALL_MODEL)
         allowed = tuple(_checked_model("CHAT_AGENT_ALLOWED_MODELS", m) for m in _list(env, "CHAT_AGENT_ALLOWED_MODELS"))
+        if _jwt_issuer(env) and not _list(env, "CHAT_AGENT_JWT_AUDIENCE"):
+            # An issuer such as Google's signs tokens for every app it serves: without the
+            # audience, any of them would sign in here.
+            raise ConfigError("CHAT_AGENT_JWT_ISSUER needs CHAT_AGENT_JWT_AUDIENCE (the client id or API "
+                              "identifier the issuer puts in `aud` for this server)")
         return cls(
             host=env.get("CHAT_AGENT_HOST") or "127.0.0.1",
             port=_int(env, "CHAT_AGENT_PORT", 8000),
@@ -313,4 +391,15 @@ class Settings:
             approval_timeout=_approval_timeout(env),
             # The variable never hides a real key's model: only `--demo` does that (server.py).
             demo=_flag(env, "CHAT_AGENT_DEMO") and not env.get("ANTHROPIC_API_KEY"),
+            # ---- Security and fair use ----
+            limits=_limits(env),
+            jwt_issuer=_jwt_issuer(env),
+            jwt_audience=_list(env, "CHAT_AGENT_JWT_AUDIENCE"),
+            jwt_user_claim=env.get("CHAT_AGENT_JWT_USER_CLAIM", "").strip() or "sub",
+            jwt_algorithms=_jwt_algorithms(env),
+            jwks_refresh=_seconds(env, "CHAT_AGENT_JWKS_REFRESH", 30.0),
+            header_timeout=_seconds(env, "CHAT_AGENT_HEADER_TIMEOUT", 10.0),
+            body_timeout=_seconds(env, "CHAT_AGENT_BODY_TIMEOUT", 20.0),
+            body_min_rate=_positive(env, "CHAT_AGENT_BODY_MIN_RATE", 4096),
+            code_disk_mb=_positive(env, "CHAT_AGENT_CODE_DISK_MB", 100),
         )
