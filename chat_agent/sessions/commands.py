@@ -176,7 +176,6 @@ class Commands:
     async def _execute(self, live: LiveConversation, frame: AnyClientFrame,
                        echo: bool = False) -> asyncio.Future[object] | None:
         """A command, here where the conversation is owned; a message's started future."""
-        self._registry.save(live)  # a new conversation is stored with its first command
         try:
             match frame:
                 case MessageIn():

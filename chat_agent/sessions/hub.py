@@ -225,7 +225,7 @@ class Hub:
     async def snapshot(self, live: LiveConversation) -> SessionFrame | None:
         """The `session` frame: from memory where the conversation is owned, else from the
         store as of its last committed frame. None if it was deleted meanwhile."""
-        if not self.bus.shared or self.ownership.holds(live.id) or self.registry.unsaved(live.id):
+        if not self.bus.shared or self.ownership.holds(live.id):
             frame = await live.snapshot(self.tools())
         else:
             await self.writer.flush()  # what this instance wrote (a conversation it just created, say)

@@ -54,9 +54,6 @@ class Registry:
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
-        # Created here, not stored yet: a conversation is stored with its first command, so a
-        # socket opened and closed again leaves nothing behind (PROTOCOL 1.2).
-        self._unsaved: dict[str, float] = {}
 
     def get(self, conversation_id: str) -> LiveConversation | None:
         return self._live.get(conversation_id)
@@ -102,7 +99,6 @@ class Registry:
         """Forgets the conversation when nobody listens and nothing runs; its lease goes too."""
         if not live.listeners and not live.busy and self._live.get(live.id) is live:
             del self._live[live.id]
-            self._unsaved.pop(live.id, None)
             if live.follower is not None:
                 live.follower.stop()
             self.let_go(live.id)
@@ -143,17 +139,8 @@ class Registry:
         now = time.time()
         record = ConversationRecord(id=conversation_id or new_id(hex_chars=32), owner=owner, title=None, created_at=now,
                                     updated_at=now, last_seq=0)
-        self._unsaved[record.id] = now
+        self.writer.submit([CreateConversation(owner, record.id, now)])
         return self._remember(record, HistorySize(), None)
-
-    def unsaved(self, conversation_id: str) -> bool:
-        return conversation_id in self._unsaved
-
-    def save(self, live: LiveConversation) -> None:
-        """Stores a conversation created here before the first command that writes to it."""
-        created = self._unsaved.pop(live.id, None)
-        if created is not None:
-            self.writer.submit([CreateConversation(live.owner, live.id, created)])
 
     async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
         """The conversation, from memory or loaded from the store. A turn the store holds as
@@ -226,8 +213,6 @@ class Registry:
     async def refresh(self, live: LiveConversation) -> None:
         """Takes what the store holds: another instance may have written since this one
         held the conversation."""
-        if self.unsaved(live.id):
-            return  # made here and not stored yet: nobody else can have written to it
         loaded = await self.load(live.owner, live.id)
         if loaded is None:
             raise FrameRejected("not_found", "This conversation was deleted.")
