@@ -52,7 +52,7 @@ images are copied into {work} named by their id and extension, e.g. {example}
 (by default the {default} newest; list `image_ids` to choose). Save output images (PNG, JPEG,
 GIF or WEBP) into {work}: they are stored, shown to you with a new image id and shown to
 the user. Text files (.txt, .csv, .json, .md) up to 20 KB written there are shown to you;
-other files are not kept. Print what you want to see; stdout and stderr come back (capped).
+other files are not kept. All files written in one run share a disk quota. Print what you want to see; stdout and stderr come back (capped).
 Each run starts from scratch (nothing carries over) and is stopped after a time limit."""
 SANDBOXED = {
     "where": "in a fresh sandbox with no network, seeing only its working directory /mnt/data (the current one)",
@@ -79,6 +79,7 @@ def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
         cpu_seconds=max(1, math.ceil(settings.code_timeout)),  # the wall clock governs; CPU only bites threads
         memory_mb=settings.code_memory_mb,
         output_chars=OUTPUT_CHARS,
+        disk_mb=settings.code_disk_mb,
     )
     description = DESCRIPTION.format(**(UNSANDBOXED if unsandboxed else SANDBOXED), default=DEFAULT_IMAGES)
 
