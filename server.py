@@ -28,6 +28,7 @@ from chat_agent.model.demo import demo_settings
 from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
 from chat_agent.web.auth import refuse_open_listen
+from chat_agent.web.deadlines import deadline_protocol
 
 log = logging.getLogger("chat_agent.server")
 
@@ -90,6 +91,8 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, trace
         ws_max_size=max(8 * settings.max_frame_bytes, 1 << 24),
         ws_ping_interval=settings.ws_ping_interval, ws_ping_timeout=settings.ws_ping_interval,
         timeout_graceful_shutdown=5, log_level="warning", access_log=False,
+        # slow clients: deadlines for a request's head and body (chat_agent/web/deadlines.py)
+        http=deadline_protocol(settings.header_timeout, settings.body_timeout, settings.body_min_rate),
     )
     server = Server(config, traces)
     server.run(sockets=[sock])

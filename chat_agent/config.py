@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Mapping
 
@@ -113,6 +114,65 @@ def _log_level(value: str) -> str:
     if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError(f"{value!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
     return value.upper()
+
+
+# ---- Security and fair use (docs/security.md) ----
+
+LIMIT_NAMES = ("turns_per_minute", "tokens_per_day", "sockets", "uploads_per_minute", "upload_bytes_per_day",
+               "concurrent_turns")
+JWT_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-user quotas (PROTOCOL 1.2 "Quotas"); None: unlimited."""
+    turns_per_minute: int | None = None
+    tokens_per_day: int | None = None
+    sockets: int | None = None
+    uploads_per_minute: int | None = None
+    upload_bytes_per_day: int | None = None
+    concurrent_turns: int | None = None  # ours, beside the protocol's names
+
+    def items(self) -> list[tuple[str, int | None]]:
+        return [(name, getattr(self, name)) for name in LIMIT_NAMES]
+
+
+def _limits(value: Any) -> Any:
+    """`turns_per_minute=20,sockets=10` → Limits."""
+    if not isinstance(value, str):
+        return value
+    values: dict[str, int] = {}
+    for pair in filter(None, (p.strip() for p in value.split(","))):
+        name, sep, raw = (part.strip() for part in pair.partition("="))
+        if not sep or name not in LIMIT_NAMES:
+            raise ValueError(f"{pair!r} is not name=value with a name among {', '.join(LIMIT_NAMES)}")
+        try:
+            number = int(raw.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{name} must be a whole number, got {raw!r}") from None
+        if number <= 0:
+            raise ValueError(f"{name} must be positive (leave it out for no limit), got {number}")
+        values[name] = number
+    return Limits(**values)
+
+
+def _jwt_issuer(value: str | None) -> str | None:
+    if not value:
+        return None
+    match = re.fullmatch(r"(https?)://([^/:?#]+|\[[0-9a-fA-F:.]+\])(:\d+)?(/[^?#]*)?", value)
+    if match is None:
+        raise ValueError(f"must be an issuer URL like https://login.example.com/realm, got {value!r}")
+    # Keys fetched over plain HTTP could be swapped by anyone on the way: only on this machine.
+    if match.group(1) == "http" and match.group(2).strip("[]") not in {"localhost", "127.0.0.1", "::1"}:
+        raise ValueError("must use https (plain http only for an issuer on loopback)")
+    return value
+
+
+def _jwt_algorithms(chosen: tuple[str, ...]) -> tuple[str, ...]:
+    wrong = [a for a in chosen if a not in JWT_ALGORITHMS]
+    if wrong:  # never `none`, never a shared-secret HMAC: the keys come from the issuer's JWKS
+        raise ValueError(f"{', '.join(wrong)} not allowed (choose from {', '.join(JWT_ALGORITHMS)})")
+    return chosen or JWT_ALGORITHMS
 
 
 Flag = Annotated[bool, BeforeValidator(_flag)]
@@ -246,6 +306,26 @@ class Settings(BaseSettings):
         (), "comma-separated `Host` names the server answers (`chat.example.com`, `*.example.com`, `*`); others get "
         "400", shown="the listening host, `localhost`, `127.0.0.1`, `[::1]`")
 
+    # Security and fair use (docs/security.md): quotas, sign-in with an identity provider, slow clients.
+    limits: Annotated[Limits, BeforeValidator(_limits)] = setting(
+        Limits(), "per-user quotas, `name=value,…` with `turns_per_minute`, `tokens_per_day`, `sockets`, "
+        "`uploads_per_minute`, `upload_bytes_per_day`, `concurrent_turns` (see [Security](security.md))",
+        shown="unlimited", section="Security and fair use")
+    jwt_issuer: Annotated[str | None, AfterValidator(_jwt_issuer)] = setting(
+        None, "sign-in with an identity provider's JWTs: its issuer URL (https, or http on loopback); needs "
+        "`CHAT_AGENT_JWT_AUDIENCE`", shown="off")
+    jwt_audience: Names = setting((), "the audience(s) this server accepts, comma-separated (one must match)",
+                                  shown="none")
+    jwt_user_claim: str = setting("sub", "the claim that is the user id")
+    jwt_algorithms: Annotated[Names, AfterValidator(_jwt_algorithms)] = setting(
+        JWT_ALGORITHMS, "the signing algorithms accepted (asymmetric only)", shown="RS, PS, ES and EdDSA")
+    jwks_refresh: Seconds = setting(30.0, "least seconds between fetches of the issuer's keys for an unknown `kid`")
+    header_timeout: Seconds = setting(10.0, "slow clients: seconds for a request's head (408 past it)")
+    body_timeout: Seconds = setting(20.0, "seconds for a request's body, plus one per `CHAT_AGENT_BODY_MIN_RATE` "
+                                    "bytes received (408 past it)")
+    body_min_rate: Positive = setting(4096, "bytes per second a slow body is allowed, on top of the body timeout")
+    code_disk_mb: Positive = setting(100, "`code_interpreter`'s disk quota: all the files one run writes, in MB")
+
     s3_bucket: str | None = setting(None, "store files in this S3 or Cloudflare R2 bucket (credentials the boto3 "
                                     "way: `AWS_ACCESS_KEY_ID`…) instead of the data dir", shown="local files",
                                     section="Storage and several instances")
@@ -280,6 +360,11 @@ class Settings(BaseSettings):
             settings = cls(**Environment(cls, env)())
         except ValidationError as exc:
             raise ConfigError(_explain(cls, exc)) from None
+        if settings.jwt_issuer and not settings.jwt_audience:
+            # An issuer such as Google's signs tokens for every app it serves: without the
+            # audience, any of them would sign in here.
+            raise ConfigError("CHAT_AGENT_JWT_ISSUER needs CHAT_AGENT_JWT_AUDIENCE (the client id or API "
+                              "identifier the issuer puts in `aud` for this server)")
         if settings.demo and settings.anthropic_api_key:
             # The variable never hides a real key's model: only `--demo` does that (server.py).
             settings = settings.model_copy(update={"demo": False})
@@ -292,7 +377,7 @@ class Settings(BaseSettings):
 
     @property
     def auth_enabled(self) -> bool:
-        return bool(self.api_keys)
+        return bool(self.api_keys) or self.jwt_issuer is not None
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -393,6 +393,8 @@ class ErrorFrame(ServerFrame):
     type: Literal["error"] = "error"
     code: ErrorCode
     message: str
+    # `rate_limited` (PROTOCOL 1.2 "Quotas"): seconds until the refused action may succeed.
+    retry_after: int | None = Field(default=None, exclude_if=_omit_none)
 
 
 StatusState = Literal["waiting_model", "retrying", "store_unavailable", "resuming"]

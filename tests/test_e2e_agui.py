@@ -61,7 +61,10 @@ async def test_a_run_streams_text_tools_and_the_canvas(server, fake_anthropic):
     kinds = types(events)
     assert kinds[:2] == ["RUN_STARTED", "STATE_SNAPSHOT"] and kinds[-1] == "RUN_FINISHED"
     assert events[0]["threadId"] == "agui-thread-1" and events[0]["runId"] == "run-agui-thread-1"
-    assert events[1]["snapshot"] == {"conversationId": "agui-thread-1", "title": None, "artifact": None}
+    # A thread name is the caller's own: its conversation's id is derived from the user and the name.
+    conversation_id = events[1]["snapshot"]["conversationId"]
+    assert events[1]["snapshot"] == {"conversationId": conversation_id, "title": None, "artifact": None}
+    assert conversation_id != "agui-thread-1" and len(conversation_id) == 32
     start = kinds.index("TOOL_CALL_START")
     assert kinds[start:start + 3] == ["TOOL_CALL_START", "TOOL_CALL_ARGS", "TOOL_CALL_END"]
     assert json.loads(events[start + 1]["delta"]) == artifact
@@ -132,21 +135,32 @@ async def test_refusals_errors_and_a_client_that_leaves(server, fake_anthropic):
     await ws.close()
 
 
-async def test_someone_else_s_thread_is_not_found(make_server, fake_anthropic):
+async def test_thread_names_belong_to_their_user(make_server, fake_anthropic):
+    """Ann naming a thread first neither blocks Bob's thread of that name nor tells him it
+    exists; neither sees the other's; a conversation id of Ann's is no thread of Bob's."""
     server = make_server(CHAT_AGENT_API_KEYS="ann:tok-ann,bob:tok-bob")
     fake_anthropic.enqueue(Reply("Hi Ann."))
-    events = await ag_ui(server, run_body("ann-thread", "hello"), headers={"Authorization": "Bearer tok-ann"})
+    events = await ag_ui(server, run_body("team-notes", "hello"), headers={"Authorization": "Bearer tok-ann"})
     assert types(events)[-1] == "RUN_FINISHED"
+    anns = events[1]["snapshot"]["conversationId"]
+    fake_anthropic.enqueue(Reply("Hi Bob."))
+    events = await ag_ui(server, run_body("team-notes", "mine now"), headers={"Authorization": "Bearer tok-bob"})
+    assert types(events)[-1] == "RUN_FINISHED" and events[0]["threadId"] == "team-notes"
+    bobs = events[1]["snapshot"]["conversationId"]
+    assert bobs != anns and events[1]["snapshot"]["title"] is None  # a new conversation, not Ann's
+    # Ann's conversation id used by Bob as a thread name is just another new thread of his.
+    fake_anthropic.enqueue(Reply("Still Bob."))
+    events = await ag_ui(server, run_body(anns, "let me in"), headers={"Authorization": "Bearer tok-bob"})
+    assert events[1]["snapshot"]["conversationId"] not in (anns, bobs)
     async with httpx.AsyncClient(timeout=10) as client:
-        url = server.http_url + "/api/ag-ui"
-        theirs = await client.post(url, json=run_body("ann-thread", "mine now"),
-                                   headers={"Authorization": "Bearer tok-bob"})
-        assert theirs.status_code == 404 and theirs.json()["error"]["code"] == "not_found"
-        nobody = await client.post(url, json=run_body("ann-thread", "hi"))
+        nobody = await client.post(server.http_url + "/api/ag-ui", json=run_body("team-notes", "hi"))
         assert nobody.status_code == 401
-    ws, session = await connect(server, "ann-thread", token="tok-ann")
-    assert session["messages"][-1]["content"] == "Hi Ann."
-    await ws.close()
+    for token, reply in (("tok-ann", "Hi Ann."), ("tok-bob", "Hi Bob.")):
+        ws, session = await connect(server, "team-notes", token=token)  # the thread's name opens it
+        assert [m["content"] for m in session["messages"]][-1] == reply
+        await ws.close()
+    assert server.get(f"/api/conversations/{anns}", token="tok-bob")[0] == 404
+    assert server.get(f"/api/conversations/{anns}", token="tok-ann")[0] == 200
 
 
 @pytest.fixture(scope="module")

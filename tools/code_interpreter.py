@@ -26,7 +26,7 @@ from pydantic import Field
 
 from .sandbox import runner as sandbox
 from .sandbox.scratch import remove_stale
-from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult
+from .sandbox.runner import SandboxFile, SandboxLimits, SandboxResult, name_list
 from chat_agent.tooling import (ConversationFiles, FileError, ImageError, PreparedImage, Settings, StoredFile, ToolContext,
                                 ToolUnavailable, image_block, image_format, prepare_image)
 
@@ -36,6 +36,7 @@ NAME = "code_interpreter"
 SCRATCH = "sandbox"  # under the data dir: the runs' temp dirs
 DEFAULT_IMAGES = 10  # without image_ids: the conversation's newest images, at most this many
 MAX_INPUTS = 20
+MAX_NOTES = 20  # notes on files not kept, listed per run
 MAX_IMAGES = 10  # images stored and shown per run; each costs the model ~1.6k tokens
 TEXT_MAX_BYTES = 20 * 1024
 TEXT_SUFFIXES = frozenset({".txt", ".csv", ".tsv", ".json", ".md"})
@@ -51,7 +52,7 @@ images are copied into {work} named by their id and extension, e.g. {example}
 (by default the {default} newest; list `image_ids` to choose). Save output images (PNG, JPEG,
 GIF or WEBP) into {work}: they are stored, shown to you with a new image id and shown to
 the user. Text files (.txt, .csv, .json, .md) up to 20 KB written there are shown to you;
-other files are not kept. Print what you want to see; stdout and stderr come back (capped).
+other files are not kept. All files written in one run share a disk quota. Print what you want to see; stdout and stderr come back (capped).
 Each run starts from scratch (nothing carries over) and is stopped after a time limit."""
 SANDBOXED = {
     "where": "in a fresh sandbox with no network, seeing only its working directory /mnt/data (the current one)",
@@ -78,6 +79,7 @@ def build(settings: Settings, *, bwrap: str = "bwrap") -> BaseTool:
         cpu_seconds=max(1, math.ceil(settings.code_timeout)),  # the wall clock governs; CPU only bites threads
         memory_mb=settings.code_memory_mb,
         output_chars=OUTPUT_CHARS,
+        disk_mb=settings.code_disk_mb,
     )
     description = DESCRIPTION.format(**(UNSANDBOXED if unsandboxed else SANDBOXED), default=DEFAULT_IMAGES)
 
@@ -166,16 +168,16 @@ async def _outputs(ctx: ToolContext, files: ConversationFiles, written: list[San
 
 async def _store_image(files: ConversationFiles, file: SandboxFile, out: _Outputs) -> None:
     if len(out.images) == MAX_IMAGES:
-        out.notes.append(f"{file.name}: not kept (over {MAX_IMAGES} images in one run)")
+        out.notes.append(f"{name_list([file.name])}: not kept (over {MAX_IMAGES} images in one run)")
         return
     try:
         prepared = await asyncio.to_thread(prepare_image, file.data)
         stored = await files.save(file.data, PurePosixPath(file.name).name, source="code")
     except ImageError as exc:
-        out.notes.append(f"{file.name}: not kept ({exc})")
+        out.notes.append(f"{name_list([file.name])}: not kept ({exc})")
         return
     except FileError as exc:
-        out.notes.append(f"{file.name}: not kept ({exc.message})")
+        out.notes.append(f"{name_list([file.name])}: not kept ({exc.message})")
         return
     out.images.append((stored, prepared))
 
@@ -202,8 +204,10 @@ def _content(result: SandboxResult, limits: SandboxLimits, out: _Outputs) -> lis
         parts.append("(the code printed nothing)")
     parts += [f"--- file {name} ---\n{text.rstrip()}" for name, text in out.texts]
     if out.others:
-        parts.append("Other files written (not kept): " + ", ".join(f"{n} ({s:,} bytes)" for n, s in out.others))
-    parts += [f"Note: {note}" for note in out.notes]
+        parts.append("Other files written (not kept): " + name_list([f"{n} ({s:,} bytes)" for n, s in out.others]))
+    parts += [f"Note: {note}" for note in out.notes[:MAX_NOTES]]
+    if len(out.notes) > MAX_NOTES:
+        parts.append(f"Note: {len(out.notes) - MAX_NOTES} more files not kept.")
     if out.images:
         parts.append(f"{len(out.images)} image{'' if len(out.images) == 1 else 's'} stored, shown below.")
     blocks: list[dict[str, Any]] = [{"type": "text", "text": "\n\n".join(parts)}]

@@ -183,6 +183,15 @@ class Store(ABC):
         """Sum of each numeric top-level usage key over the conversation's finished turns."""
 
     @abstractmethod
+    async def tokens_since(self, owner: str, since: float) -> int:
+        """Every token (`*Tokens` of usage) of the owner's turns that ended at or after
+        `since`, in all their conversations: what the owner spent of a quota."""
+
+    @abstractmethod
+    async def running_turn_count(self, owner: str) -> int:
+        """How many of the owner's turns are running now (on any instance)."""
+
+    @abstractmethod
     async def has_client_message_id(self, owner: str, conversation_id: str, client_id: str) -> bool:
         """Whether `RecordClientMessageId` stored this id for this conversation."""
 

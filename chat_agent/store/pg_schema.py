@@ -236,9 +236,30 @@ CHECK_FENCES = "SELECT check_fences($1, $2, $3)"
 # The memories' version stamp, for compare-and-set (see schema.py).
 _V7 = ("ALTER TABLE memories ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
 
+# Quotas (chat_agent/quotas): a rate per user and name as GCRA's one number, the time at
+# which the user's bucket will be empty again (`tat`); and what a user holds while it lasts (open
+# sockets), renewed by the instance that holds it and gone once it expires, so an instance that
+# died holds nothing for long. Turns by owner and end: the tokens a user spent today.
+_V8 = (
+    """CREATE TABLE quota_buckets (
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        tat DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (owner, name)
+    )""",
+    """CREATE TABLE quota_holds (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+    "CREATE INDEX quota_holds_by_owner ON quota_holds (owner, name, expires_at)",
+    "CREATE INDEX turns_by_owner_end ON turns (owner, ended_at)",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -51,6 +51,12 @@ _USAGE = (
     " WHERE t.conversation_id = $1 AND t.owner = $2 AND t.status <> 'running'"
     " AND t.usage IS NOT NULL AND jsonb_typeof(u.value) = 'number' GROUP BY u.key"
 )
+_TOKENS_SINCE = (
+    "SELECT COALESCE(SUM(CAST(u.value AS NUMERIC)), 0) FROM turns t, jsonb_each(CAST(t.usage AS JSONB)) u"
+    " WHERE t.owner = $1 AND t.ended_at >= $2 AND t.usage IS NOT NULL"
+    " AND jsonb_typeof(u.value) = 'number' AND u.key LIKE '%Tokens'"
+)
+_RUNNING_OF = "SELECT COUNT(*) FROM turns WHERE owner = $1 AND status = 'running'"
 _CONVERSATION_FILES = (
     f"SELECT {reads.FILE_COLUMNS} FROM conversation_files l"
     " JOIN conversations c ON c.id = l.conversation_id JOIN files f ON f.id = l.file_id"
@@ -261,6 +267,14 @@ class PostgresStore(Store):
     async def usage_totals(self, owner: str, conversation_id: str) -> dict[str, int]:
         rows = await self._fetch(_USAGE, (conversation_id, owner))
         return {key: int(total) for key, total in rows}
+
+    async def tokens_since(self, owner: str, since: float) -> int:
+        rows = await self._fetch(_TOKENS_SINCE, (owner, since))
+        return int(rows[0][0]) if rows else 0
+
+    async def running_turn_count(self, owner: str) -> int:
+        rows = await self._fetch(_RUNNING_OF, (owner,))
+        return int(rows[0][0]) if rows else 0
 
     async def has_client_message_id(self, owner: str, conversation_id: str, client_id: str) -> bool:
         return bool(await self._read(reads.CLIENT_ID, (conversation_id, owner, client_id)))

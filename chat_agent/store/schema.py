@@ -222,9 +222,30 @@ _V6 = (
 # before have the empty version, which a writer that read them names like any other.
 _V7 = ("ALTER TABLE memories ADD COLUMN version TEXT NOT NULL DEFAULT ''",)
 
+# Quotas (chat_agent/quotas): a rate per user and name as GCRA's one number, the time at
+# which the user's bucket will be empty again (`tat`); and what a user holds while it lasts (open
+# sockets), renewed by the instance that holds it and gone once it expires, so an instance that
+# died holds nothing for long. Turns by owner and end: the tokens a user spent today.
+_V8 = (
+    """CREATE TABLE quota_buckets (
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        tat REAL NOT NULL,
+        PRIMARY KEY (owner, name)
+    )""",
+    """CREATE TABLE quota_holds (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        expires_at REAL NOT NULL
+    )""",
+    "CREATE INDEX quota_holds_by_owner ON quota_holds (owner, name, expires_at)",
+    "CREATE INDEX turns_by_owner_end ON turns (owner, ended_at)",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
 # pg_schema.py holds PostgreSQL's, at the same version numbers.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

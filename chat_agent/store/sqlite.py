@@ -72,6 +72,12 @@ _USAGE = (
     " AND t.usage IS NOT NULL AND u.type IN ('integer', 'real') GROUP BY u.key"
 )
 
+_TOKENS_SINCE = (
+    "SELECT COALESCE(SUM(u.value), 0) FROM turns t, json_each(t.usage) u"
+    " WHERE t.owner = ? AND t.ended_at >= ? AND t.usage IS NOT NULL"
+    " AND u.type IN ('integer', 'real') AND u.key LIKE '%Tokens'"
+)
+_RUNNING_OF = "SELECT COUNT(*) FROM turns WHERE owner = ? AND status = 'running'"
 _CONVERSATION_FILES = (
     f"SELECT {reads.FILE_COLUMNS} FROM conversation_files l"
     " JOIN conversations c ON c.id = l.conversation_id JOIN files f ON f.id = l.file_id"
@@ -310,6 +316,14 @@ class SqliteStore(Store):
     async def usage_totals(self, owner: str, conversation_id: str) -> dict[str, int]:
         rows = await self._fetch(_USAGE, (conversation_id, owner))
         return {key: int(total) for key, total in rows}
+
+    async def tokens_since(self, owner: str, since: float) -> int:
+        rows = await self._fetch(_TOKENS_SINCE, (owner, since))
+        return int(rows[0][0]) if rows else 0
+
+    async def running_turn_count(self, owner: str) -> int:
+        rows = await self._fetch(_RUNNING_OF, (owner,))
+        return int(rows[0][0]) if rows else 0
 
     async def has_client_message_id(
         self, owner: str, conversation_id: str, client_id: str

@@ -12,6 +12,7 @@ from langchain_core.tools import BaseTool
 from pydantic import ValidationError
 
 from chat_agent.tooling._adapter import NO_ARTIFACT, Adapter
+from chat_agent.tooling._caps import cap_content, cap_output, cap_status, cap_text
 from chat_agent.tooling._progress import Pulse
 from chat_agent.tooling._schema import anthropic_schema
 from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices
@@ -155,7 +156,10 @@ class ToolRegistry:
         if not isinstance(tool_input, dict):
             return self._error(f"Invalid input for {name}: expected a JSON object, got {type(tool_input).__name__}",
                                "invalid_input")
-        pulse = Pulse(tool_id, on_progress, self._heartbeat, asyncio.get_running_loop())
+        def progress(tool_id: str, elapsed: float, status: str) -> None:
+            on_progress(tool_id, elapsed, cap_status(status))
+
+        pulse = Pulse(tool_id, progress, self._heartbeat, asyncio.get_running_loop())
         ctx = ToolContext(conversation_id, owner, tool_id, pulse.report, services or ToolServices())
         try:
             return await self._call(adapter, tool_input, ctx)
@@ -183,9 +187,11 @@ class ToolRegistry:
             return self._failure(adapter.name, exc)
         # Text from anywhere (a web page, a file, a library): a lone surrogate becomes U+FFFD
         # here, once, so the model, the client and the store all see the same text.
-        content = self._cap(scrub_json(_as_content(content)))
-        return ToolResult(content, content if artifact is NO_ARTIFACT else scrub_json(artifact), is_error,
-                          "tool_error" if is_error else None)
+        # Both what the model gets and what the UI shows (and the store keeps) are capped here,
+        # after the tool: a tool's own bounds are not trusted to cover its notes and lists.
+        content = cap_content(scrub_json(_as_content(content)), self._output_chars)
+        output = content if artifact is NO_ARTIFACT else cap_output(scrub_json(artifact), self._output_chars)
+        return ToolResult(content, output, is_error, "tool_error" if is_error else None)
 
     def _make_room(self, name: str, replace: bool) -> None:
         known = name in self._tools or name in self._unavailable
@@ -209,30 +215,8 @@ class ToolRegistry:
                            type(exc).__name__)
 
     def _error(self, message: str, error_type: str) -> ToolResult:
-        message = self._cap(scrub(message))
+        message = cap_text(scrub(message), self._output_chars)
         return ToolResult(message, message, True, error_type)
-
-    def _cap(self, content: str | list[dict]) -> str | list[dict]:
-        if isinstance(content, str):
-            return _cap_text(content, self._output_chars)
-        budget, capped = self._output_chars, []
-        for block in content:  # text blocks share the budget; images pass as they are
-            if block.get("type") == "text" and isinstance(block.get("text"), str):
-                if budget <= 0:
-                    continue
-                text = _cap_text(block["text"], budget)
-                budget -= len(block["text"])
-                block = {**block, "text": text}
-            capped.append(block)
-        return capped
-
-
-def _cap_text(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    note = f"\n\n[Output truncated: showing the first {{}} of {len(text)} characters.]"
-    keep = max(limit - len(note) - 10, limit // 2)
-    return text[:keep] + note.format(keep)
 
 
 def _as_content(value: Any) -> str | list[dict]:

@@ -1,6 +1,6 @@
 """`POST /api/ag-ui` (PROTOCOL 1.1 "AG-UI"): a run of the AG-UI protocol on the same turn
-machinery as the WebSocket. The run's conversation is `threadId` (created under that id when
-the caller has none of it), its new message the last user message of `messages` (the server
+machinery as the WebSocket. The run's conversation is the caller's thread `threadId` (web/threads.py:
+each user's thread names are their own; the state's `conversationId` is its id), its new message the last user message of `messages` (the server
 keeps the history: earlier messages are not sent to the model again), and `forwardedProps`
 may carry the WebSocket message's `settings`, `canvas` and `attachments`. The answer is an
 SSE stream of AG-UI events (agui_run.py). The client closing the request aborts the turn.
@@ -28,6 +28,7 @@ from chat_agent.sessions.live import LiveConversation
 from chat_agent.web.errors import error
 from chat_agent.web.http import authed
 from chat_agent.web.agui_run import AgUiRun
+from chat_agent.web.threads import conversation_for_thread
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,11 @@ async def run_agent(request: Request, hub: Hub, owner: str) -> Response:
         message = _message(run_input)
     except (ValidationError, ValueError) as exc:
         return error(400, "invalid_request", f"Not an AG-UI RunAgentInput we can run: {_reason(exc)}")
-    if (await hub.store.get_conversation(owner, run_input.thread_id) is None
-            and await hub.store.conversation_taken(run_input.thread_id)):
-        return error(404, "not_found", "No such conversation.")  # someone else's
+    await request.app.state.quotas.start_turn(owner)  # QuotaExceeded: 429 before the stream starts
+    conversation_id = await conversation_for_thread(hub.store, owner, run_input.thread_id)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # proxies must not hold the stream
     encoder = EventEncoder(accept=request.headers.get("accept"))
-    run = _Run(hub, owner, run_input, message)
+    run = _Run(hub, owner, run_input, message, conversation_id)
     return StreamingResponse(run.stream(encoder), media_type=encoder.get_content_type(), headers=headers)
 
 
@@ -116,15 +116,16 @@ class _Run:
     """One request's run: attached to the conversation only while its stream is read, so a
     client gone before the first byte leaves nothing behind."""
 
-    def __init__(self, hub: Hub, owner: str, run_input: RunAgentInput, message: MessageIn):
+    def __init__(self, hub: Hub, owner: str, run_input: RunAgentInput, message: MessageIn, conversation_id: str):
         self.hub, self.owner, self.input, self.message = hub, owner, run_input, message
+        self.conversation_id = conversation_id
         self.frames = _Frames()
         self.sent = False  # the message went to the conversation: a client leaving now aborts it
 
     async def stream(self, encoder: EventEncoder) -> AsyncIterator[str]:
         hub = self.hub
-        live = await hub.attach_thread(self.owner, self.input.thread_id, self.frames)
-        run = AgUiRun(self.input.thread_id, self.input.run_id, None, None)
+        live = await hub.attach_thread(self.owner, self.conversation_id, self.frames)
+        run = AgUiRun(self.input.thread_id, self.input.run_id, None, None, self.conversation_id)
         if live is None:  # deleted or taken since the request was checked
             for event in [*run.start(self.input), *run.refused("not_found", "No such conversation.")]:
                 yield encoder.encode(event)
@@ -132,7 +133,7 @@ class _Run:
         try:
             session = await hub.snapshot(live)
             if session is not None:
-                run = AgUiRun(live.id, self.input.run_id, session.title, session.artifact)
+                run = AgUiRun(self.input.thread_id, self.input.run_id, session.title, session.artifact, live.id)
             for event in run.start(self.input):
                 yield encoder.encode(event)
             async for event in self._events(live, run):

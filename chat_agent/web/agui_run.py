@@ -39,10 +39,11 @@ from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ArtifactEdit, A
 class AgUiRun:
     """Feeds on frames in seq order, hands back the AG-UI events each one makes."""
 
-    def __init__(self, thread_id: str, run_id: str, title: str | None, artifact: ArtifactState | None):
+    def __init__(self, thread_id: str, run_id: str, title: str | None, artifact: ArtifactState | None,
+                 conversation_id: str | None = None):
         self.thread_id = thread_id
         self.run_id = run_id
-        self.state: dict[str, Any] = {"conversationId": thread_id, "title": title,
+        self.state: dict[str, Any] = {"conversationId": conversation_id or thread_id, "title": title,
                                       "artifact": _dump(artifact)}
         self.finished = False
         self._text: str | None = None  # the open text message's id

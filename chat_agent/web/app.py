@@ -17,13 +17,15 @@ from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
 from chat_agent.model import ModelClient, model_client
 from chat_agent.model.demo import DemoModel
+from chat_agent.quotas import create_quotas
 from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.pg_queue import ProcrastinateQueue
 from chat_agent.sessions.queue import JobQueue, LocalQueue
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
-from chat_agent.web import agui_routes, canvas_routes, history_routes, http, page, upload_routes
+from chat_agent.web import agui_routes, canvas_routes, history_routes, http, image_proxy, page, upload_routes
+from chat_agent.web.auth import Authenticator
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
 from chat_agent.web.backlog import Backlogs
@@ -47,6 +49,11 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             the_store = store or create_store(settings.database_url, settings.data_dir)
             await the_store.open()
             stack.push_async_callback(the_store.close)
+            quotas = create_quotas(settings, the_store)
+            await quotas.start()
+            stack.push_async_callback(quotas.close)
+            auth = Authenticator(settings)
+            stack.push_async_callback(auth.close)
             writer = StoreWriter(the_store)
             writer.start()
             stack.push_async_callback(writer.close)
@@ -63,12 +70,15 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             await _check_shared_files(settings, hub)
             await hub.start_work()
             app.state.hub = hub
+            app.state.auth = auth
+            app.state.quotas = quotas
             app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
             log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
                      ", ".join(tools.enabled()) or "none")
             yield
 
     routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
+              *image_proxy.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint), *page.routes]
     return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),
                      exception_handlers=EXCEPTION_HANDLERS)

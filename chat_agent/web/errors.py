@@ -11,6 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from chat_agent.quotas import QuotaExceeded
+
 HttpErrorCode = Literal[
     "invalid_request", "unauthorized", "forbidden_origin", "not_found", "method_not_allowed", "too_large",
     "unsupported_type", "rate_limited", "internal",
@@ -50,4 +52,16 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return error(500, "internal", "The server failed to handle this request; it is logged.")
 
 
-EXCEPTION_HANDLERS = {HTTPException: http_exception, Exception: internal_error}
+def rate_limited(exc: QuotaExceeded) -> JSONResponse:
+    """429 with Retry-After (PROTOCOL 1.2 "Quotas"); the body names the limit too."""
+    return JSONResponse({"error": {"code": "rate_limited", "message": exc.message, "retryAfter": exc.retry_after,
+                                   "limit": exc.name}},
+                        status_code=429, headers={"Retry-After": str(exc.retry_after)})
+
+
+async def quota_exceeded(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, QuotaExceeded)
+    return rate_limited(exc)
+
+
+EXCEPTION_HANDLERS = {HTTPException: http_exception, QuotaExceeded: quota_exceeded, Exception: internal_error}

@@ -11,10 +11,11 @@ from starlette.routing import Route
 
 from importlib.metadata import version as _package_version
 from chat_agent.config import PROVIDERS, Settings
-from chat_agent.web.auth import authenticate
+from chat_agent.web.auth import LOOPBACK_HOSTS, Authenticator
 from chat_agent.web.errors import error
 from chat_agent.sessions.hub import Hub
 from chat_agent.protocol import json_schema
+from chat_agent.quotas.quotas import camel
 from chat_agent.store import ConversationRecord
 from chat_agent import tracing
 
@@ -25,7 +26,7 @@ def authed(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     """Resolves the caller (401 otherwise) and hands the handler the hub and the owner."""
     async def endpoint(request: Request) -> Response:
         hub: Hub = request.app.state.hub
-        owner = authenticate(hub.settings, request.headers, request.query_params)
+        owner = await caller(request)
         if owner is None:
             return error(401, "unauthorized", "A valid token is required.")
         return await handler(request, hub, owner)
@@ -37,14 +38,43 @@ def summary(record: ConversationRecord, running: bool) -> dict[str, Any]:
             "updatedAt": record.updated_at, "running": running}
 
 
+async def caller(request: Request) -> str | None:
+    auth: Authenticator = request.app.state.auth
+    return await auth.user(request.headers, request.query_params)
+
+
 async def health(request: Request) -> JSONResponse:
+    """`{"status": "ok"}` to anyone; what is configured (models, storage, tools, instance) only
+    to a signed-in caller, or to anyone when auth is off and the server listens on loopback
+    only (the one local user). An open server tells strangers nothing to aim at."""
     hub: Hub = request.app.state.hub
+    settings = hub.settings
+    if settings.auth_enabled:
+        if request.headers.get("authorization") or request.query_params.get("token"):
+            if await caller(request) is None:
+                return error(401, "unauthorized", "A valid token is required for the details; without one, "
+                                                  "/health answers only its status.")
+            return _details(hub)
+        return JSONResponse({"status": "ok"})
+    if settings.host in LOOPBACK_HOSTS:
+        return _details(hub)
+    return JSONResponse({"status": "ok"})
+
+
+async def usage(request: Request, hub: Hub, owner: str) -> JSONResponse:
+    """The caller's use of each quota and its limit (PROTOCOL 1.2 "Quotas")."""
+    return JSONResponse({"user": owner, "quotas": await request.app.state.quotas.usage(owner)})
+
+
+def _details(hub: Hub) -> JSONResponse:
     settings = hub.settings
     return JSONResponse({
         "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
         "anthropic": {"configured": bool(settings.anthropic_api_key)},  # 1.0's field; all of them in `providers`
         "providers": _providers(settings), "demo": settings.demo,
         "auth": settings.auth_enabled, "storage": hub.store.kind,
+        "signIn": {"apiKeys": bool(settings.api_keys), "jwtIssuer": settings.jwt_issuer},
+        "limits": {camel(name): value for name, value in settings.limits.items()},
         "instance": {"id": hub.ownership.instance, "bus": hub.bus.kind, "jobs": hub.jobs.queue.kind},
         "files": {"storage": "s3" if settings.s3_bucket else "local", "uploadMaxBytes": settings.upload_max_bytes},
         "tools": [info.model_dump(exclude_none=True) for info in hub.tools()],
@@ -97,4 +127,5 @@ routes = [
     Route("/api/conversations/{id}", authed(get_conversation), methods=["GET"]),
     Route("/api/conversations/{id}", authed(delete_conversation), methods=["DELETE"]),
     Route("/api/protocol", protocol_schema, methods=["GET"]),
+    Route("/api/usage", authed(usage), methods=["GET"]),
 ]

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from chat_agent.files.catalog import FileError
+from chat_agent.quotas import Quotas
 from chat_agent.web.errors import error
 from chat_agent.web.http import authed
 from chat_agent.sessions.hub import Hub
@@ -59,6 +60,8 @@ async def upload(request: Request, hub: Hub, owner: str) -> Response:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit + ENVELOPE_BYTES:
         return _too_large(limit)
+    quotas: Quotas = request.app.state.quotas
+    await quotas.upload(owner, None)  # QuotaExceeded: 429, before the body is read
     try:
         async with _bounded(request, limit + ENVELOPE_BYTES).form(max_files=2, max_fields=20) as form:
             parts = form.getlist("file")
@@ -75,6 +78,7 @@ async def upload(request: Request, hub: Hub, owner: str) -> Response:
     except (HTTPException, MultiPartException) as exc:
         detail = exc.detail if isinstance(exc, HTTPException) else exc.message
         return error(400, "invalid_upload", f"The multipart body is malformed: {detail}")
+    await quotas.upload(owner, len(data))  # the day's bytes: known once read
     try:
         stored = await hub.files.save(owner, data, filename, source="upload")
     except FileError as exc:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from chat_agent.web.auth import authenticate
+from chat_agent.quotas import QuotaExceeded, Quotas
 from chat_agent.sessions.commands import for_sender
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
@@ -23,10 +23,11 @@ from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextI
 from chat_agent.rejection import FrameRejected
 from chat_agent.text import all_encodable
 from chat_agent.web.backlog import Backlogs
+from chat_agent.web.threads import thread_conversation_id
 
 log = logging.getLogger(__name__)
 
-CLOSE_UNAUTHORIZED, CLOSE_TRY_AGAIN = 4401, 1013
+CLOSE_UNAUTHORIZED, CLOSE_TRY_AGAIN, CLOSE_RATE_LIMITED = 4401, 1013, 4429
 # How a socket that went away shows itself; anything else ending a loop is a failure of ours.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
 
@@ -68,10 +69,11 @@ class Connection:
     """A listener on one conversation. Frames queue here and one task writes them, so a slow
     socket never holds up the turn or other clients; `Backlogs` bounds what may queue."""
 
-    def __init__(self, ws: WebSocket, hub: Hub, owner: str, backlogs: Backlogs):
+    def __init__(self, ws: WebSocket, hub: Hub, owner: str, backlogs: Backlogs, quotas: Quotas):
         self.ws = ws
         self.hub = hub
         self.owner = owner
+        self._quotas = quotas
         self.live: LiveConversation | None = None
         # Made when something is queued and dropped once sent: an empty deque is ~760 bytes.
         self._out: deque[tuple[int | None, str, int] | _Replay] | None = None
@@ -242,6 +244,11 @@ class Connection:
         live, hub = self.live, self.hub
         match frame:
             case MessageIn():
+                try:
+                    await self._quotas.start_turn(self.owner)
+                except QuotaExceeded as exc:
+                    self._local_error("rate_limited", exc.message, exc.retry_after)
+                    return
                 # Returns once the conversation is busy with it; checking attachments may take
                 # seconds, and an `abort` sent meanwhile must be read.
                 task = await hub.command(live, frame)
@@ -258,9 +265,10 @@ class Connection:
             case PingIn():
                 self._send_local(Pong(conversation_id=live.id).to_json())
 
-    def _local_error(self, code: ErrorCode, message: str) -> None:
+    def _local_error(self, code: ErrorCode, message: str, retry_after: int | None = None) -> None:
         conversation_id = self.live.id if self.live else ""
-        self._send_local(ErrorFrame(conversation_id=conversation_id, code=code, message=message).to_json())
+        self._send_local(ErrorFrame(conversation_id=conversation_id, code=code, message=message,
+                                    retry_after=retry_after).to_json())
 
     def _send_local(self, text: str) -> None:
         self._queue(None, text)
@@ -322,16 +330,33 @@ def _parse(text: str) -> object:
 
 async def chat_endpoint(ws: WebSocket) -> None:
     hub: Hub = ws.app.state.hub
-    owner = authenticate(hub.settings, ws.headers, ws.query_params)
+    owner = await ws.app.state.auth.user(ws.headers, ws.query_params)
     await ws.accept()
     if owner is None:
         frame = ErrorFrame(code="unauthorized", message="A valid token is required (query `token` or Bearer header).")
         await ws.send_text(frame.to_json())
         await ws.close(CLOSE_UNAUTHORIZED)
         return
+    quotas: Quotas = ws.app.state.quotas
+    try:
+        held = await quotas.open_socket(owner)
+    except QuotaExceeded as exc:
+        frame = ErrorFrame(code="rate_limited", message=exc.message, retry_after=exc.retry_after)
+        await ws.send_text(frame.to_json())
+        await ws.close(CLOSE_RATE_LIMITED)
+        return
+    try:
+        await _serve(ws, hub, owner, quotas)
+    finally:
+        await quotas.close_socket(held)
+
+
+async def _serve(ws: WebSocket, hub: Hub, owner: str, quotas: Quotas) -> None:
     conversation_id = ws.query_params.get("conversationId") or None
-    connection = Connection(ws, hub, owner, ws.app.state.backlogs)
+    connection = Connection(ws, hub, owner, ws.app.state.backlogs, quotas)
     live = await hub.attach(owner, conversation_id, connection)
+    if live is None and conversation_id is not None:  # the caller's AG-UI thread of that name
+        live = await hub.attach(owner, thread_conversation_id(owner, conversation_id), connection)
     if live is None:
         frame = ErrorFrame(conversation_id=conversation_id or "", code="not_found", message="No such conversation.")
         await ws.send_text(frame.to_json())

@@ -4,8 +4,11 @@
     result = await run_python(code, [SandboxFile("in.png", data)])
     result.stdout, result.files          # what it printed; the files it wrote or changed
 
-The code and the input files go into a fresh host temp dir, bound read-write at WORK (also
-the cwd and HOME); /usr (with the /bin and /lib links), /etc/ld.so.cache, the Python
+The code and the input files go into a fresh host temp dir, bound read-only at INPUTS; the
+code's work dir WORK (also the cwd and HOME) is a tmpfs of `disk_mb` inside the sandbox, so
+all the files of a run together never exceed that quota and never touch the host's disk.
+`inside.py` copies the inputs in, runs the code and hands back what it wrote as a tar on a
+pipe; /usr (with the /bin and /lib links), /etc/ld.so.cache, the Python
 installation and its site-packages are bound read-only, and nothing else of the host: not
 the server's home, data dir, environment or network. The sandbox has its own network
 (only its own loopback), PID, IPC, UTS and cgroup namespaces and an environment of PATH, HOME, LANG
@@ -39,6 +42,7 @@ the work dir (each is capped by RLIMIT_FSIZE, all of them only by the time limit
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import secrets
 import shutil
@@ -50,13 +54,18 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .outputs import drain, unpack
 from .process import kill_sandbox, launched, supervise
 from .scratch import restore_access, scratch_dir
 
 WORK = "/mnt/data"  # where the code sees its files; the path code interpreters conventionally use
+INPUTS = "/mnt/.inputs"  # the host's input dir, read-only: inside.py copies it into WORK
+INSIDE = (Path(__file__).with_name("inside.py")).read_text(encoding="utf-8")
+COLLECT_SECONDS = 10.0  # past the wall-clock limit, for inside.py to hand back the files
 CODE_NAME = ".main.py"  # hidden, so never returned as an output
 RUN_UIDS = range(1_000_000_000, 2_000_000_000)  # as root, each run's own uid: its own RLIMIT_NPROC count
 MAX_FILES = 100  # files returned; their total size is capped by `file_mb`
+NOTE_NAMES, NOTE_NAME_CHARS = 20, 120  # file names listed in a note, and characters of each
 SELF_KILL_GRACE = 1.0  # seconds past `wall_seconds` before the sandbox ends itself
 _SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MB = 1024 * 1024
@@ -70,6 +79,7 @@ class SandboxLimits:
     file_mb: int = 50  # per file written; also the size of /tmp and of the files returned
     processes: int = 32
     output_chars: int = 20_000  # stdout and stderr are each capped (with a note saying so)
+    disk_mb: int = 100  # the work dir's tmpfs: everything one run writes there together
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +136,8 @@ async def run_python(
     tools = _tools(bwrap, unsandboxed)
     with scratch_dir(scratch) as work:
         inputs = _write_inputs(work, code, files)
+        if not unsandboxed:
+            return await _run_sandboxed(tools, work, exe, limits)
         argv, env = await _command(tools, work, exe, limits, unsandboxed)
         proc = await asyncio.create_subprocess_exec(
             *launched(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -139,6 +151,38 @@ async def run_python(
         outputs, skipped = _collect(work, inputs, limits)
         stderr += _notes(exit_code, timed_out, limits, skipped)
         return SandboxResult(exit_code, stdout, stderr, timed_out, outputs)
+
+
+async def _run_sandboxed(tools: dict[str, str], work: Path, exe: str, limits: SandboxLimits) -> SandboxResult:
+    """The code in bwrap, its files coming back on a pipe as a tar (see inside.py)."""
+    uid = _own(work)
+    read_end, write_end = os.pipe()
+    try:
+        spec = {"inputs": INPUTS, "work": WORK, "code": f"{WORK}/{CODE_NAME}", "fd": write_end,
+                "wall": limits.wall_seconds, "max_files": MAX_FILES, "max_bytes": limits.file_mb * _MB}
+        program = [exe, "-I", "-B", "-c", INSIDE, json.dumps(spec)]
+        argv = _sandbox_argv(tools, work, uid, await _python_roots(exe), limits, program)
+        proc = await asyncio.create_subprocess_exec(
+            *launched(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=work, env=_env("/usr/bin", WORK), start_new_session=True, pass_fds=(write_end,),
+        )
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    reading = asyncio.ensure_future(asyncio.to_thread(drain, read_end, limits.file_mb * _MB + (MAX_FILES + 2) * 2048))
+    try:
+        exit_code, timed_out, stdout, stderr = await supervise(proc, limits.wall_seconds + COLLECT_SECONDS,
+                                                               limits.output_chars)
+    finally:
+        if proc.returncode is None:  # cancelled: kill it at once, nothing of it outlives this call
+            await kill_sandbox(proc)
+    report = unpack(await reading)
+    if report.manifest:
+        exit_code, timed_out = report.manifest.get("exitCode"), timed_out or bool(report.manifest.get("timedOut"))
+    stderr += _notes(exit_code, timed_out, limits, report.skipped, full=bool(report.manifest.get("full")))
+    return SandboxResult(exit_code, stdout, stderr, timed_out, [SandboxFile(n, d) for n, d in report.files])
 
 
 async def _command(
@@ -205,11 +249,13 @@ def _sandbox_argv(
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for scratch in ("/tmp", "/dev/shm"):  # bounded: a tmpfs is memory no rlimit counts
         argv += ["--perms", "1777", "--size", str(limits.file_mb * _MB), "--tmpfs", scratch]
-    argv += _parent_dirs([*roots, WORK])
+    argv += _parent_dirs([*roots, WORK, INPUTS])
     argv += [a for root in roots for a in ("--ro-bind", os.path.realpath(root), root)]
-    argv += ["--bind", str(work), WORK, "--chdir", WORK]
+    argv += ["--ro-bind", str(work), INPUTS]
+    argv += ["--perms", "1777", "--size", str(limits.disk_mb * _MB), "--tmpfs", WORK, "--chdir", WORK]
     argv += ["--remount-ro", "/dev", "--remount-ro", "/"]  # bwrap's own tmpfs, unbounded, writable in a user namespace
-    deadline = [tools["timeout"], "--signal=KILL", f"{limits.wall_seconds + SELF_KILL_GRACE:.3f}"]
+    grace = limits.wall_seconds + COLLECT_SECONDS + SELF_KILL_GRACE
+    deadline = [tools["timeout"], "--signal=KILL", f"{grace:.3f}"]
     return [*argv, "--", *deadline, *drop, tools["prlimit"], *_rlimits(limits), "--", *program]
 
 
@@ -309,13 +355,25 @@ def _read_regular(path: Path, limit: int) -> bytes | None:
         return file.read(limit + 1)
 
 
-def _notes(exit_code: int | None, timed_out: bool, limits: SandboxLimits, skipped: list[str]) -> str:
+def name_list(names: list[str], most: int = NOTE_NAMES) -> str:
+    """Names for a note, bounded however many and however long they are (a program can write
+    thousands of files with 255-character names, 15 directories deep)."""
+    shown = [n if len(n) <= NOTE_NAME_CHARS else n[:NOTE_NAME_CHARS - 1] + "…" for n in names[:most]]
+    more = f" and {len(names) - most:,} more" if len(names) > most else ""
+    return ", ".join(shown) + more
+
+
+def _notes(exit_code: int | None, timed_out: bool, limits: SandboxLimits, skipped: list[str],
+           full: bool = False) -> str:
     notes = []
+    if full:
+        notes.append(f"the working directory's disk quota of {limits.disk_mb} MB is full: writes past it failed "
+                     "with 'No space left on device'")
     if timed_out:
         notes.append(f"killed: the {limits.wall_seconds:g} s time limit was reached")
     elif exit_code is not None and exit_code > 128 and exit_code - 128 in signal.valid_signals():
         name = signal.Signals(exit_code - 128).name
         notes.append(f"killed by {name}" + (" (the CPU time limit)" if name == "SIGXCPU" else ""))
     if skipped:
-        notes.append(f"files not returned (over {MAX_FILES} files or {limits.file_mb} MB): {', '.join(skipped)}")
+        notes.append(f"files not returned (over {MAX_FILES} files or {limits.file_mb} MB): {name_list(skipped)}")
     return "".join(f"\n[sandbox: {note}]" for note in notes)

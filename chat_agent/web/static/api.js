@@ -29,10 +29,23 @@ export async function request(method, path, body) {
   return response.status === 204 ? null : response.json();
 }
 
-/** A URL the browser fetches by itself (an <img>): the token rides in the query when auth is on. */
+/** Whether `url` points at this page's own origin (what `/x`, but not `//host/x` or `/\\host/x`, does). */
+export function sameOrigin(url) {
+  try { return new URL(url, location.href).origin === location.origin; } catch { return false; }
+}
+
+/** A URL the browser fetches by itself (an <img>): the token rides in the query when auth is on,
+ * and only to our own origin: never to a host a model or a tool named. */
 export function authedUrl(url) {
-  if (!auth.token || !url.startsWith("/")) return url;
+  if (!auth.token || !sameOrigin(url)) return url;
   return url + (url.includes("?") ? "&" : "?") + "token=" + encodeURIComponent(auth.token);
+}
+
+/** GET a same-origin path as a Blob, with the token in the header. */
+export async function fetchBlob(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (!response.ok) throw await failure(response);
+  return response.blob();
 }
 
 export function socketUrl(conversationId) {

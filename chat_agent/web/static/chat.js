@@ -1,7 +1,6 @@
 // The conversation column: messages in the order their parts happened (text, thinking, tool
 // cards, attachments), streamed as frames arrive.
-import { authedUrl } from "./api.js";
-import { escapeHtml, renderMarkdown } from "./markdown.js";
+import { escapeHtml, imageNode, renderMarkdown } from "./markdown.js";
 
 const STOPS = { aborted: "Stopped.", max_steps: "Stopped: the step limit was reached.",
   max_tokens: "Cut off: the output limit was reached.", refusal: "The model declined to answer.",
@@ -76,10 +75,7 @@ export class Chat {
       const thumbs = el("div", "attachment-thumbs");
       for (const a of attachments) {
         if ((a.kind || a.type) === "image" && (a.url || a.preview)) {
-          const img = el("img");
-          img.src = a.preview || authedUrl(a.url);
-          img.alt = a.filename || "image";
-          thumbs.append(img);
+          thumbs.append(imageNode(a.preview || a.url, a.filename || "image"));
         } else thumbs.append(el("span", "doc-chip", "Document: " + escapeHtml(a.filename || "document")));
       }
       node.append(thumbs);
@@ -169,12 +165,7 @@ export class Chat {
     const pre = el("pre", "output");
     pre.textContent = typeof frame.output === "string" ? frame.output : JSON.stringify(frame.output, null, 2);
     area.append(pre);
-    for (const url of images(frame.output)) {
-      const img = el("img");
-      img.src = authedUrl(url);
-      img.alt = "tool image";
-      area.append(img);
-    }
+    for (const url of images(frame.output)) area.append(imageNode(url, "tool image"));
     if (frame.isError) card.open = true;
   }
 
