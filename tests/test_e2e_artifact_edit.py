@@ -137,12 +137,20 @@ async def test_the_python_client_follows_edits_and_fetches_a_version_it_lacks(se
         assert client.artifact.current_index == client.artifact.version_count == 2
         assert client.artifact.current.content == expected["content"] and client.artifact_fetches == 0
 
-        # Asked to replay from just before the edit, the client holds version 2 already, not
-        # the edit's base: it fetches version 2 over HTTP instead of applying the changes.
-        await client.resume(edit.seq - 1)
-        while (await client.receive(timeout=10)).type != "done":
-            pass
-        assert client.artifact_fetches == 1
-        assert client.artifact.current.content == expected["content"] and client.artifact.current_index == 2
     finally:
         await client.close()
+
+    # Reconnected and asked to replay from just before the edit (a connection is sent each seq
+    # once, so on a new one), the client holds version 2 already from its `session`, not the
+    # edit's base: it fetches version 2 over HTTP instead of applying the changes.
+    again = ChatClient(server.ws_url, conversation_id=client.conversation_id, gap_timeout=0.5)
+    await again.connect()
+    try:
+        assert again.artifact is not None and again.artifact.current_index == 2
+        await again.resume(edit.seq - 1)
+        while (await again.receive(timeout=10)).type != "done":
+            pass
+        assert again.artifact_fetches == 1
+        assert again.artifact.current.content == expected["content"] and again.artifact.current_index == 2
+    finally:
+        await again.close()

@@ -85,11 +85,12 @@ async def test_real_frames_are_valid_against_it(server, schema, fake_anthropic):
         frames.append(await recv(ws))
     await ws.send("not json")
     frames.append(await recv(ws))  # an error outside the log: no seq
-    await send(ws, **sent[3])
-    frames += await until(ws, "done")  # the replay
     await ws.close()
-    _, reopened = await connect(server, session["conversationId"])
+    ws, reopened = await connect(server, session["conversationId"])
     frames.append(reopened)  # with its history and artifact
+    await send(ws, **sent[3])
+    frames += await until(ws, "done")  # the replay (a connection is sent each seq once: a new one)
+    await ws.close()
     kinds = {f["type"] for f in frames}
     assert {"session", "tool_start", "tool_end", "artifact", "content_chunk", "done", "pong", "error"} <= kinds
     for frame in frames:

@@ -172,16 +172,16 @@ class Connection:
                 return
 
     async def _replay(self, after_seq: int) -> None:
-        """Sends what the log holds past `after_seq`, once. A socket that reconnected was sent
-        live frames before its `resume` was read, newer than what its `session` summed up: it
-        gets the older ones it lacks, and none it was sent twice. A client asking again for
-        frames it was sent on this socket asked for them: it gets them again."""
+        """Sends what the log holds past `after_seq` that this socket was not sent yet. Each seq
+        reaches a socket at most once: a socket that reconnected was sent live frames before
+        its `resume` was read (newer than what its `session` summed up); it gets the older
+        ones it lacks and none twice. (Reading frames again takes a new connection.)"""
         live = self.live
         events = await self.hub.store.events_after(live.owner, live.id, after_seq)
         low, high = self._sent or (after_seq, after_seq)
         for event in events:
-            if after_seq < low < event.seq <= high:
-                continue  # sent on this socket; the client did not ask for them again
+            if low < event.seq <= high:
+                continue
             await self.ws.send_text(event.frame)
             self._last_seq = max(self._last_seq, event.seq)
             self._mark_sent(after_seq, event.seq)
