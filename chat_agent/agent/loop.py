@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Callable
@@ -244,7 +243,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
         events.put_nowait(ToolProgressed(tool_id, elapsed, status))
 
     async def run(call: dict[str, Any]) -> None:
-        started = time.monotonic()
+        started = asyncio.get_running_loop().time()
         try:
             if call["id"] in invalid:
                 result = _invalid_result(invalid[call["id"]])
@@ -259,7 +258,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
         for frame in canvas.announcements() if canvas is not None else ():
             events.put_nowait(ArtifactChanged(frame))
         events.put_nowait(ToolEnded(call["id"], call["name"], result.output,
-                                    time.monotonic() - started, result.is_error))
+                                    asyncio.get_running_loop().time() - started, result.is_error))
 
     tasks: list[asyncio.Task[None]] = []
     finished = False
@@ -291,7 +290,7 @@ async def _consent(turn: Turn, call: dict[str, Any], emit: Callable[[Event], Non
     decision = await gate.wait(call["id"])
     if decision.approved:
         # Tells every client the request is answered (the card stops asking) before the tool runs.
-        emit(ToolProgressed(call["id"], time.monotonic() - started, "Approved; running"))
+        emit(ToolProgressed(call["id"], asyncio.get_running_loop().time() - started, "Approved; running"))
         return None
     text = decision.refusal(gate.timeout)
     return ToolResult(content=text, output=text, is_error=True)

@@ -10,10 +10,9 @@ as `artifact`, the whole state. Older versions are read from the store when aske
 
 from __future__ import annotations
 
-import time
 from typing import Callable, Literal
 
-from chat_agent import edits
+from chat_agent import clock, edits
 from chat_agent.protocol import ArtifactChange, ArtifactEdit, ArtifactFrame, ArtifactState, ArtifactVersion
 from chat_agent.store import (AddArtifactVersion, ArtifactRecord, ArtifactVersionRecord, SelectArtifactVersion,
                               VersionDelta)
@@ -97,7 +96,7 @@ class Canvas:
         index = record.version_count + 1 if record else 1
         version = ArtifactVersionRecord(index=index, type=type, title=title.strip() or "Untitled",
                                         language=language if type == "code" else None, content=content,
-                                        created_at=time.time(), source=source)
+                                        created_at=clock.now(), source=source)
         artifact_id = record.id if record else new_id("art", hex_chars=16)
         self._record = ArtifactRecord(id=artifact_id, conversation_id=self.conversation_id, current_index=index,
                                       version_count=index, current=version)

@@ -52,7 +52,10 @@ class Bus(ABC):
         self.namespace = namespace
         self.inbox: asyncio.Queue[Arrival] = asyncio.Queue()
         self._pending: dict[str, list[Committed]] = {}
-        self._broadcasts: list[str] = []  # deletions, status: sent after the frames queued before them
+        self._broadcasts: list[str] = []  # deletions: sent after the frames queued before them
+        # Live status, sent ahead of the frames queued with it: a status is told before its
+        # turn's `done` is even published, so it must not reach anyone after that `done`.
+        self._statuses: list[str] = []
         self._wake = asyncio.Event()
         self._flusher: asyncio.Task[None] | None = None
 
@@ -85,8 +88,9 @@ class Bus(ABC):
         self._wake.set()
 
     def broadcast(self, message: Deleted | Status) -> None:
-        """Queues a message for every instance, after the frames queued so far."""
-        self._broadcasts.append(message.model_dump_json())
+        """Queues a message for every instance: a deletion after the frames queued so far, a
+        status before them."""
+        (self._statuses if isinstance(message, Status) else self._broadcasts).append(message.model_dump_json())
         self._wake.set()
 
     async def send(self, instance: str, message: Request | Answer) -> None:
@@ -99,7 +103,9 @@ class Bus(ABC):
             self._wake.clear()
             pending, self._pending = self._pending, {}
             broadcasts, self._broadcasts = self._broadcasts, []
-            messages = [(self.frames_channel, _frames(cid, self.instance, frames)) for cid, frames in pending.items()]
+            statuses, self._statuses = self._statuses, []  # not sent again if this fails: stale by then
+            messages = [(self.frames_channel, text) for text in statuses]
+            messages += [(self.frames_channel, _frames(cid, self.instance, frames)) for cid, frames in pending.items()]
             messages += [(self.frames_channel, text) for text in broadcasts]
             try:
                 await self._send(messages)

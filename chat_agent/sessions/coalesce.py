@@ -14,7 +14,6 @@ Merged frames are the frames: the event log stores exactly what clients were sen
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Callable
 
 from chat_agent.protocol import ArtifactChunk, ContentChunk, ServerFrame, ThinkingChunk
@@ -46,7 +45,7 @@ class DeltaCoalescer:
                 self._parts.append(frame.content)
                 return
             self.flush()
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         if now - self._last >= self._window:
             self._last = now
             self._emit(frame)
@@ -71,5 +70,5 @@ class DeltaCoalescer:
         if len(self._parts) > 1:
             pending = pending.model_copy(update={"content": "".join(self._parts)})
         self._parts = []
-        self._last = time.monotonic()
+        self._last = asyncio.get_running_loop().time()
         self._emit(pending)

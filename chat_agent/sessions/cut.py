@@ -49,9 +49,18 @@ NOT_SAVED = Cut(
 )
 
 
-async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> None:
+async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> bool:
+    """Closes the turn; False when it is not cut off after all (it runs or ended here: the
+    store is behind), or another turn runs here now."""
+    if live.knows_turn(record.id) or live.turn is not None:
+        return False
     pending: dict[str, ApprovalInfo] = {}
     reply, unfinished = await reply_from_log(store, record, pending=pending)
     await live.load()  # the model-facing history, let go again once the turn is over
+    # Checked after the reads, with nothing awaited from here on: two closers (a takeover and
+    # the opening it started, say) must not both close it.
+    if live.knows_turn(record.id) or live.turn is not None:
+        return False
     live.manager.repair(unfinished, cut.note, cut.result)
     RunningTurn.adopt(live, record, reply, pending).close_cut(cut.message, cut.status)
+    return True

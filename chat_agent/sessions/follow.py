@@ -24,11 +24,12 @@ UNKNOWN_TURN = "?"  # a turn runs, as the store said on opening; its id comes wi
 
 class Follower:
     def __init__(self, user: str, conversation_id: str, store: Store, deliver: Callable[[int, str], None], seq: int,
-                 *, running: bool):
+                 *, running: bool, missed: Callable[[], None]):
         self.user = user
         self.conversation_id = conversation_id
         self._store = store
         self._deliver = deliver
+        self._missed = missed  # told when frames the listeners did not get are gone from the log
         self.seq = seq  # the last seq delivered here
         self.turn: str | None = UNKNOWN_TURN if running else None  # the owner's running turn
         self.instance: str | None = None  # the owner, as the last frames said
@@ -92,8 +93,9 @@ class Follower:
         finally:
             self._gap = None
         if self._incoming and self._incoming[0][0] > self.seq + 1:
-            # Not in the log either (pruned, or not committed: the owner failed): go on from there.
-            log.warning("%s: frames %d..%d are gone; going on", self.conversation_id, self.seq + 1,
-                        self._incoming[0][0] - 1)
+            # Not in the log either (pruned, or not committed: the owner failed): the listeners
+            # cannot be caught up, and start over; what follows goes to those that come next.
+            log.warning("%s: frames %d..%d are gone", self.conversation_id, self.seq + 1, self._incoming[0][0] - 1)
             self.seq = self._incoming[0][0] - 1
+            self._missed()
         self._drain()

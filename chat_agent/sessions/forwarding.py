@@ -7,8 +7,8 @@ answer comes back the same way, matched by the request's id.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
+from chat_agent.ids import new_id
 from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.messages import Answer, Command, RunJob
 
@@ -29,7 +29,7 @@ class Forwarder:
         return self._bus.instance
 
     def request_id(self) -> str:
-        return uuid.uuid4().hex
+        return new_id()
 
     async def ask(self, instance: str, request: Command | RunJob, *, timeout: float = FORWARD_TIMEOUT) -> Answer:
         """Sends the request to `instance` and waits for its answer (OwnerUnreachable after

@@ -1,11 +1,9 @@
 """One instance's sessions layer, composed: the open conversations (`registry`), what clients
-ask of them (`commands`), what brings them back in line after a fault (`recovery`), and the
-background jobs; and what the web layer reads of them.
-
-What other parts of the system tell this instance arrives on three queues, each served by
-a task of its own while the hub runs (`Hub.running`): the bus (frames of conversations
-owned elsewhere, forwarded commands and their answers), the leases (one of ours lost,
-another's expired) and the store writer (writes it could not store).
+ask of them (`commands`), what brings them back in line after a fault (`recovery`), the
+background jobs, and what the web layer reads of them. What other parts of the system tell
+this instance arrives on queues, each served by a task while the hub runs (`Hub.running`):
+the bus (frames of conversations owned elsewhere, forwarded commands and their answers), the
+leases (one of ours lost, another's expired) and the store writer (writes it could not store).
 """
 
 from __future__ import annotations
@@ -25,6 +23,7 @@ from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import AnyClientFrame, ArtifactState, SessionFrame, ToolInfo, VisibleMessage
 from chat_agent.sessions.bus import Bus, LocalBus
 from chat_agent.sessions.commands import Commands
+from chat_agent.sessions.follow import UNKNOWN_TURN
 from chat_agent.sessions.forwarding import Forwarder
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
@@ -41,6 +40,7 @@ from chat_agent.store import DeleteConversation, Store, StoreWriter
 
 log = logging.getLogger(__name__)
 
+SETTLE_WAIT = 10.0  # seconds a stopping instance waits for its background work
 SNAPSHOT_READS = 20  # a follower's `session` read again while the store lags what it delivered
 
 
@@ -90,12 +90,14 @@ class Hub:
 
     async def _shutdown(self) -> None:
         """Aborts every running turn (each gets its `done`), lets what was started in the
-        background end, and waits until all of it is stored."""
+        background end (it waits on the store: drained first), and stores all of it. A store
+        that does not answer is waited for a bounded time (`StoreWriter.drain`)."""
         await self._abort_all()
         await self.jobs.close()
-        await self.registry.settle()  # what follows a turn's end, recoveries under way
+        stored = await self.writer.drain()
+        await self.registry.settle(SETTLE_WAIT if stored else 1.0)
         await self._abort_all()  # what a recovery or a forwarded command started meanwhile
-        await self.writer.flush()
+        await self.writer.drain()
 
     async def _abort_all(self) -> None:
         busy = [live for live in self.registry.all() if live.busy]
@@ -113,9 +115,9 @@ class Hub:
                     live = registry.get(conversation_id)
                     if live is not None and not self.ownership.holds(conversation_id):
                         registry.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
-                case Status(conversation=conversation_id, text=text):
-                    live = registry.get(conversation_id)
-                    if live is not None and live.follower is not None:
+                case Status(conversation=conversation_id, turn=turn, text=text):
+                    live = registry.get(conversation_id)  # not after its turn's end (it may overtake frames)
+                    if live is not None and live.follower is not None and live.follower.turn in (turn, UNKNOWN_TURN):
                         live.deliver(None, text)
                 case Answer() as answer:
                     self._forwarder.answered(answer)
@@ -223,11 +225,14 @@ class Hub:
         return artifact_state(await self.store.get_artifact(owner, conversation_id))
 
     async def snapshot(self, live: LiveConversation) -> SessionFrame | None:
-        """The `session` frame: from memory where the conversation is owned, else from the
-        store as of its last committed frame. None if it was deleted meanwhile."""
+        """The `session` frame: from memory where the conversation is owned, else (or when
+        another instance wrote it since) from the store as of its last committed frame.
+        None if it was deleted meanwhile."""
+        await live.until_recovered()
+        frame = None
         if not self.bus.shared or self.ownership.holds(live.id):
-            frame = await live.snapshot(self.tools())
-        else:
+            frame = await live.snapshot(self.tools(), shared=self.bus.shared)
+        if frame is None:
             await self.writer.flush()  # what this instance wrote (a conversation it just created, say)
             for _ in range(SNAPSHOT_READS):  # never older than what sockets here were sent already
                 frame = await session_from_store(self.store, live.owner, live.id, self.tools(),

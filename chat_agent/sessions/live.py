@@ -17,8 +17,8 @@ from typing import Callable, Protocol, Sequence, TypeVar
 
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, ServerFrame, SessionFrame, TitleFrame,
-                                 ToolInfo, VisibleMessage)
+from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, ErrorFrame, ServerFrame, SessionFrame,
+                                 TitleFrame, ToolInfo, VisibleMessage)
 from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.follow import UNKNOWN_TURN, Follower
@@ -33,6 +33,8 @@ KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
 # does not read its history back for every message, an idle one holds only its size.
 KEEP_LOADED = 60.0
 KEEP_CLIENT_IDS = 32  # client message ids remembered in memory (the store has them all)
+CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
+MISSED = "This connection missed frames that are no longer kept; reconnect to see the conversation as it is."
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,9 @@ class LiveConversation:
         self.title = record.title
         self.manager = manager
         self.canvas = canvas
-        self.listeners: set[Listener] = set()
+        # In the order they came, so that every run tells them in the same order (a set would
+        # follow their memory addresses; the simulation, tests/sim, replays a run from its seed).
+        self.listeners: dict[Listener, None] = {}
         self._writer = writer
         self._store = store  # the visible history is read from it, page by page
         self._bus = bus  # committed frames and live status go to the other instances too
@@ -65,6 +69,9 @@ class LiveConversation:
         self._uncommitted: deque[tuple[int, str]] = deque()
         self._deltas = DeltaCoalescer(self._log)
         self.turn: RunningTurn | None = None  # the turn running here, preparing to or finishing
+        # Turns that ended here since the state was loaded: their end may not be stored yet,
+        # so the store may still say they run (`knows_turn`).
+        self._ended: deque[str] = deque(maxlen=KEEP_TURNS)
         self.follower: Follower | None = None  # while another instance owns the conversation
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         # The newest client message ids seen while open, so that a retry is known at once;
@@ -73,6 +80,7 @@ class LiveConversation:
         # Bumped whenever writes are lost: state shown before may not have been stored.
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
+        self._recovery_waiters: list[asyncio.Future[None]] = []  # `until_recovered`
         self._unload: asyncio.TimerHandle | None = None
 
     @property
@@ -110,7 +118,10 @@ class LiveConversation:
         seq = self._seq
         frame.conversation_id = self.id
         frame.seq = seq
-        turn = self.turn
+        # A frame belongs to the turn once the turn began (its start is stored with or before
+        # the frame): one still being prepared may never begin, and an instance following this
+        # one would wait for its `done` forever.
+        turn = self.turn if self.turn is not None and self.turn.shown else None
         if turn is not None:
             turn.numbered(frame)
         text, turn_id, kind = frame.to_json(), turn.id if turn is not None else None, frame.type
@@ -154,7 +165,8 @@ class LiveConversation:
         frame.conversation_id = self.id
         text = frame.to_json()
         self.deliver(None, text)
-        self._bus.broadcast(Status(conversation=self.id, text=text))
+        self._bus.broadcast(Status(conversation=self.id, turn=self.turn.id if self.turn is not None else None,
+                                   text=text))
 
     def set_title(self, title: str) -> None:
         self.title = title
@@ -210,7 +222,13 @@ class LiveConversation:
 
     def adopt_turn(self, turn: RunningTurn) -> None:
         """A turn cut off elsewhere, taken over to be closed here."""
+        assert self.turn is None, "a conversation runs one turn at a time"
         self.turn = turn
+
+    def knows_turn(self, turn_id: str) -> bool:
+        """Whether a turn the store holds as running is not cut off at all: it runs here, or
+        it ended here and its end is on its way to the store."""
+        return (self.turn is not None and self.turn.id == turn_id) or turn_id in self._ended
 
     def turn_over(self, turn: RunningTurn) -> None:
         """The turn is done: the conversation takes new ones, and lets its history go unless
@@ -218,6 +236,7 @@ class LiveConversation:
         if self.turn is not turn:
             return
         self.turn = None
+        self._ended.append(turn.id)
         if self._unload is not None:
             self._unload.cancel()
         self._unload = asyncio.get_running_loop().call_later(KEEP_LOADED, self._let_go)
@@ -252,30 +271,78 @@ class LiveConversation:
 
     def recovered(self) -> None:
         self._recovering = False
+        waiters, self._recovery_waiters = self._recovery_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def until_recovered(self) -> None:
+        """Returns once the conversation is not being brought back in line with the store: a
+        turn being stopped or a cut one not closed yet, its state in memory is neither what
+        it was nor what the store holds (a `session` taken then would show neither)."""
+        while self._recovering:
+            waiter = asyncio.get_running_loop().create_future()
+            self._recovery_waiters.append(waiter)
+            await waiter
 
     # ---- following another instance, and taking the conversation back ------------------------
 
     def follow(self, running: bool) -> Follower:
-        """Another instance owns the conversation: its frames are followed from here on."""
+        """Another instance owns the conversation: its frames are followed from here on, after
+        the last one this instance's listeners were given."""
         if self.follower is None:
-            self.follower = Follower(self.owner, self.id, self._store, self.deliver, self._seq, running=running)
+            self.follower = Follower(self.owner, self.id, self._store, self.deliver, self._shown, running=running,
+                                     missed=self.missed)
         elif running and not self.follower.running:
             self.follower.turn = UNKNOWN_TURN
         return self.follower
 
     def reload(self, record: ConversationRecord, manager: ConversationManager, canvas: Canvas) -> None:
         """Takes the state the store holds, so what clients are told next follows what was
-        stored (its seqs continue from the last stored one)."""
+        stored (its seqs continue from the last stored one). The stored frames this
+        instance's listeners were not given (another instance's, or a commit whose answer
+        was lost) are theirs next: `deliver_stored`."""
+        delivered = self.follower.seq if self.follower is not None else self._shown
         self.title = record.title
         self.manager = manager
         self.canvas = canvas
-        self._seq = self._shown = record.last_seq
+        self._seq = record.last_seq
+        self._shown = min(delivered, record.last_seq)
         self._uncommitted.clear()
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
+        self._ended.clear()  # what ran here and was not stored is cut off now: the store says so
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
+
+    async def deliver_stored(self) -> bool:
+        """Gives this instance's listeners the stored frames they were not given, in seq order,
+        up to the last stored one (see `reload`); before anything new is published. False
+        when some of them are not in the log any more (pruned): they cannot be caught up."""
+        last = self._seq
+        if self._shown >= last:
+            return True
+        for event in await self._store.events_after(self.owner, self.id, self._shown):
+            if event.seq > last or event.seq > self._shown + 1:
+                break
+            if event.seq == self._shown + 1:
+                self._shown = event.seq
+                self.deliver(event.seq, event.frame)
+        caught_up, self._shown = self._shown == last, last
+        return caught_up
+
+    def missed(self) -> None:
+        """Frames this instance's listeners did not get are gone from the log (pruned): they
+        cannot be caught up, so they start over from a `session` (the conversation stays)."""
+        self.close_listeners(CLOSE_INTERNAL, ErrorFrame(conversation_id=self.id, code="internal",
+                                                        message=MISSED).to_json())
+
+    def close_listeners(self, code: int, text: str | None) -> None:
+        """Closes every socket on the conversation here (they reconnect, and start over)."""
+        for listener in tuple(self.listeners):
+            listener.close(code, text)
+        self.listeners.clear()
 
     # ---- what a new listener is shown ---------------------------------------------------------
 
@@ -305,10 +372,12 @@ class LiveConversation:
         page = await self.page(None, limit)
         return page[0] if page is not None else []
 
-    async def snapshot(self, tools: list[ToolInfo]) -> SessionFrame:
+    async def snapshot(self, tools: list[ToolInfo], *, shared: bool = False) -> SessionFrame | None:
         """The `session` frame: its seq, the running turn's reply and the newest messages of
         the visible history as they were at one moment, all of it committed (never state a
-        crash could still take back)."""
+        crash could still take back). `shared`: other instances may write the conversation;
+        None when one did since this one last held it (its memory is behind: an owner that
+        lost its lease and does not know it yet), as the stored history already shows."""
         def capture() -> tuple[tuple[SessionFrame, VisibleMessage | None], None, int]:
             context = ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens)
             approvals = self.turn.approvals.values() if self.turn is not None else ()
@@ -319,6 +388,10 @@ class LiveConversation:
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 
         (frame, reply), page = await self._consistent(capture)
+        if shared:
+            record = await self._store.get_conversation(self.owner, self.id)
+            if record is not None and record.last_seq > self._seq:
+                return None
         budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
         frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
         return frame

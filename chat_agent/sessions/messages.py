@@ -41,6 +41,7 @@ class Status(_Message):
 
     kind: Literal["status"] = "status"
     conversation: str
+    turn: str | None = None  # the owner's running turn it is of: not shown once that turn is over
     text: str
 
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # Each instance holds a lease under this prefix and its own id while it runs: the leases
 # say which instances are alive (`others`), and a dead one's expires like any other.
 INSTANCE_PREFIX = "instance:"
+RELEASE_WAIT = 5.0  # seconds a stopping instance spends giving its leases back (else they expire)
 
 
 class Claim(enum.Enum):
@@ -88,8 +89,13 @@ class Ownership:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for conversation_id in list(self._held):
-            await self.release(conversation_id)
+        try:
+            # A store that does not answer is not waited for: the leases expire by themselves.
+            async with asyncio.timeout(min(self._ttl, RELEASE_WAIT)):
+                for conversation_id in list(self._held):
+                    await self.release(conversation_id)
+        except TimeoutError:
+            log.warning("stopping without giving every lease back: they expire within %.0f s", self._ttl)
 
     # ---- leases ---------------------------------------------------------------------------
 
@@ -112,6 +118,14 @@ class Ownership:
         async with lock:
             if conversation_id in self._held:
                 return Claim.HELD, self.instance
+            if self._wary():
+                # Cut off from the database a moment ago: a lease another instance let expire may
+                # have run out only because it was cut off too, with a backlog shown to its
+                # clients and not stored yet. Not taken until a lease period has passed (as
+                # takeovers wait), so that its holder can renew it and store the backlog.
+                holder = await self._store.get_lease(conversation_id)
+                if holder is not None and holder.instance != self.instance:
+                    return Claim.TAKEN, holder.instance
             lease = await self._store.claim_lease(conversation_id, self.instance, self._ttl)
             if lease is None:
                 holder = await self._store.get_lease(conversation_id)
@@ -157,13 +171,22 @@ class Ownership:
         self._held.pop(conversation_id, None)
 
     async def _renew_loop(self) -> None:
+        # Every third of the lease time from one renewal's start to the next (not from its
+        # end): a renewal that waited (a busy store or event loop) does not push the next
+        # one back by as long again.
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            due = max(due + self._ttl / 3, loop.time())
+            await asyncio.sleep(due - loop.time())
             if not self._held:
                 continue
             asked = dict(self._held)
             try:
-                renewed = await self._store.renew_leases(self.instance, self._ttl, list(asked))
+                # A renewal that hangs (a connection cut mid-way) must not hold the next one
+                # back until the leases expire: it is given up when the next one is due.
+                async with asyncio.timeout(self._ttl / 3):
+                    renewed = await self._store.renew_leases(self.instance, self._ttl, list(asked))
             except Exception as exc:
                 self._unreachable(exc, f"could not renew {len(asked)} leases")
                 continue
@@ -192,6 +215,10 @@ class Ownership:
                 self.events.put_nowait(LeaseExpired(lease))
             if theirs:
                 await self.events.join()  # taken over before the next look finds them again
+
+    def _wary(self) -> bool:
+        """Whether this instance was cut off from the database within the last lease period."""
+        return self._cut_off or asyncio.get_running_loop().time() < self._quiet_until
 
     def _unreachable(self, exc: Exception, what: str) -> None:
         if not self._cut_off:

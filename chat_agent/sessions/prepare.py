@@ -9,10 +9,10 @@ never becomes a chat reply.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from chat_agent import clock
 from chat_agent.agent.approval import ApprovalGate
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.canvas.artifact import Canvas
@@ -126,7 +126,7 @@ class TurnPreparer:
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
                                 documents=self._documents, model=self._agent.model)
-        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=time.time(),
+        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
         turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,

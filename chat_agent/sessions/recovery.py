@@ -87,15 +87,16 @@ class Recovery:
         """Stops what ran, reloads the conversation from the store and tells its clients what
         failed; when even that cannot be stored, closes their sockets so that they reconnect
         and see what was kept (`session`, `resume`)."""
+        kept = False
         try:
             stopped = await self._stop(live)
-            if not live.unsaved and await self._reload(live, stopped):
-                return
+            kept = not live.unsaved and await self._reload(live, stopped)
         except Exception:
             log.exception("could not bring %s back in line with the store", live.id)
         finally:
+            if not kept:  # before those waiting for the outcome (a `session`) learn it
+                self._evict(live)
             live.recovered()
-        self._evict(live)
 
     @staticmethod
     async def _stop(live: LiveConversation) -> str | None:
@@ -109,10 +110,8 @@ class Recovery:
 
     async def _reload(self, live: LiveConversation, stopped: str | None) -> bool:
         """Whether the conversation was reloaded and its clients told, all of it stored."""
-        loaded = await self._registry.load(live.owner, live.id)
-        if loaded is None:
+        if not await self._registry.reload(live):
             return False  # deleted meanwhile
-        live.reload(*self._registry.parts(*loaded))
         self._writer.reopen(live.id)
         if not await self._registry.close_cut_turns(live, NOT_SAVED):
             if stopped is None:
@@ -148,11 +147,9 @@ class Recovery:
             if live.unsaved:  # its sockets were shown frames the new owner's will not continue
                 self._evict(live)
                 return
-            loaded = await self._registry.load(live.owner, live.id)
-            if loaded is None:
+            if not await self._registry.reload(live):
                 self._registry.close_all(live, CLOSE_NOT_FOUND, deleted(live.id))
                 return
-            live.reload(*self._registry.parts(*loaded))
             self._writer.reopen(live.id)
             live.follow(running=bool(await self._store.running_turns(live.id))).catch_up()
         except Exception:

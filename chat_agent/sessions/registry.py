@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any, Coroutine
 
+from chat_agent import clock
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
@@ -22,9 +22,9 @@ from chat_agent.ids import new_id
 from chat_agent.protocol import ErrorFrame
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.bus import Bus
-from chat_agent.sessions.cut import NOT_SAVED, Cut, close_cut_turn
+from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, close_cut_turn
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
-from chat_agent.sessions.live import Listener, LiveConversation
+from chat_agent.sessions.live import CLOSE_INTERNAL, Listener, LiveConversation
 from chat_agent.sessions.messages import RunJob
 from chat_agent.sessions.ownership import Claim, Ownership
 from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversation, HistorySize, Store, StoreWriter
@@ -32,7 +32,6 @@ from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversat
 log = logging.getLogger(__name__)
 
 CLOSE_NOT_FOUND = 4404  # the conversation is gone
-CLOSE_INTERNAL = 1011  # the socket's state is not what the store holds: reconnect to see it
 # What an open conversation holds: no history, only the model-facing history's size.
 Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
 # A lease released or expired between looking and forwarding: look again, a little later.
@@ -54,6 +53,8 @@ class Registry:
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Conversations taken from another holder whose cut turns are not closed yet (see `claim`).
+        self._unchecked: set[str] = set()
 
     def get(self, conversation_id: str) -> LiveConversation | None:
         return self._live.get(conversation_id)
@@ -72,7 +73,7 @@ class Registry:
         returns None when it does not exist for this owner."""
         live = await (self._create(owner) if conversation_id is None else self.open(owner, conversation_id))
         if live is not None:
-            live.listeners.add(listener)
+            live.listeners[listener] = None
         return live
 
     async def attach_thread(self, owner: str, thread_id: str, listener: Listener) -> LiveConversation | None:
@@ -88,11 +89,11 @@ class Registry:
             self._loading.pop(thread_id, None)
         if live is None or live.owner != owner:
             return None
-        live.listeners.add(listener)
+        live.listeners[listener] = None
         return live
 
     def detach(self, live: LiveConversation, listener: Listener) -> None:
-        live.listeners.discard(listener)
+        live.listeners.pop(listener, None)
         self.release(live)
 
     def release(self, live: LiveConversation) -> None:
@@ -115,10 +116,7 @@ class Registry:
 
     def close_all(self, live: LiveConversation, code: int, frame: ErrorFrame) -> None:
         """Closes every socket on the conversation with `frame` and forgets it."""
-        text = frame.to_json()
-        for listener in tuple(live.listeners):
-            listener.close(code, text)
-        live.listeners.clear()
+        live.close_listeners(code, frame.to_json())
         if self._live.get(live.id) is live:
             del self._live[live.id]
 
@@ -129,14 +127,24 @@ class Registry:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def settle(self) -> None:
-        """Waits for the background work spawned so far."""
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+    async def settle(self, timeout: float | None = None) -> None:
+        """Waits for the background work spawned so far; what has not ended after `timeout`
+        seconds (it waits on a store that does not answer) is cancelled."""
+        tasks = set(self._tasks)
+        if not tasks:
+            return
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+        if late:
+            log.warning("stopping %d background tasks that did not end in %.0f s: %s", len(late), timeout or 0,
+                        ", ".join(sorted(task.get_name() for task in late)))
+            for task in late:
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     # ---- opening -----------------------------------------------------------------------------
 
     async def _create(self, owner: str, conversation_id: str | None = None) -> LiveConversation:
-        now = time.time()
+        now = clock.now()
         record = ConversationRecord(id=conversation_id or new_id(hex_chars=32), owner=owner, title=None, created_at=now,
                                     updated_at=now, last_seq=0)
         self.writer.submit([CreateConversation(owner, record.id, now)])
@@ -191,32 +199,53 @@ class Registry:
         or can take it (else their owner runs them, and they are followed); whether it did."""
         if not await self.store.running_turns(live.id):
             return False
-        if not await self.own(live):
+        if not await self.own(live, cut):  # taking it now closes them
             live.follow(running=True)
             return False
-        for turn in await self.store.running_turns(live.id):  # as they are now that it is ours
-            await close_cut_turn(live, self.store, turn, cut)
-        return True
+        return await self._close_cut(live, cut)  # as they are now that it is ours
+
+    async def _close_cut(self, live: LiveConversation, cut: Cut) -> bool:
+        closed = False
+        for turn in await self.store.running_turns(live.id):
+            closed = await close_cut_turn(live, self.store, turn, cut) or closed
+        return closed
 
     # ---- ownership ----------------------------------------------------------------------------
 
-    async def own(self, live: LiveConversation) -> bool:
+    async def own(self, live: LiveConversation, cut: Cut = OWNER_LOST) -> bool:
         """Whether this instance owns the conversation, taking it when nobody does; its
         state is read again from the store when it changed hands."""
-        return (await self.claim(live))[0]
+        return (await self.claim(live, cut))[0]
 
-    async def claim(self, live: LiveConversation) -> tuple[bool, str | None]:
-        """Whether this instance owns the conversation (taking it when free), and else who does."""
+    async def claim(self, live: LiveConversation, cut: Cut = OWNER_LOST) -> tuple[bool, str | None]:
+        """Whether this instance owns the conversation (taking it when free), and else who does.
+        Taken from another holder (its lease expired or given back), the turns the store
+        still holds as running are cut off (nothing runs them any more): closed here, with
+        `cut` saying why, before anything else is done with the conversation."""
         claim, holder = await self.ownership.claim(live.id, lambda: self.refresh(live))
+        if claim is Claim.GAINED:
+            self._unchecked.add(live.id)
+        if claim is not Claim.TAKEN and live.id in self._unchecked:
+            await self._close_cut(live, cut)  # tried again at the next claim if the store fails
+            self._unchecked.discard(live.id)
         return claim is not Claim.TAKEN, holder
 
     async def refresh(self, live: LiveConversation) -> None:
         """Takes what the store holds: another instance may have written since this one
         held the conversation."""
+        if not await self.reload(live):
+            raise FrameRejected("not_found", "This conversation was deleted.")
+
+    async def reload(self, live: LiveConversation) -> bool:
+        """Takes what the store holds, and gives the conversation's listeners here the stored
+        frames they did not get yet (see `LiveConversation.reload`); False if it was deleted."""
         loaded = await self.load(live.owner, live.id)
         if loaded is None:
-            raise FrameRejected("not_found", "This conversation was deleted.")
+            return False
         live.reload(*self.parts(*loaded))
+        if not await live.deliver_stored():
+            live.missed()
+        return True
 
     async def forward_job(self, live: LiveConversation, kind: str) -> bool:
         """Hands a background job that writes the conversation (its title) to the instance

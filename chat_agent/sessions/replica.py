@@ -15,7 +15,7 @@ from chat_agent.sessions.fold import fold, track_approvals
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.store import Store, TurnRecord
 
-ATTEMPTS = 5  # snapshots read again when a turn ended while one was being read
+ATTEMPTS = 20  # snapshots read again when the owner committed while one was being read
 
 
 async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None,
@@ -65,6 +65,13 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
             return None
         if reply is not None and any(item.id == reply.id for item in page.items):
             continue  # the turn ended meanwhile: its reply is stored, read it all again
+        # The reads are not one snapshot of the store: what the owner committed meanwhile (a
+        # reply finished and stored in the history, say) would show ahead of `seq`.
+        again = await store.get_conversation(owner, conversation_id)
+        if again is None:
+            return None
+        if again.last_seq != seq:
+            continue
         frame = SessionFrame(conversation_id=conversation_id, seq=seq, title=record.title,
                              artifact=artifact_state(artifact), tools=tools, running=bool(turns),
                              context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),

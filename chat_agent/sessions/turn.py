@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from dataclasses import dataclass
 from typing import Awaitable, Callable, Protocol, Sequence
 
+from chat_agent import clock
 from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.ids import new_id
 from chat_agent.protocol import (ApprovalInfo, Done, ErrorFrame, ServerFrame, StopReason, ToolEnd, ToolStart, Usage,
@@ -110,9 +110,10 @@ class RunningTurn:
     def start(cls, conversation: LiveConversation, agent: Agent, prepare: Prepare) -> RunningTurn:
         """The turn a message asks for, running from now on: its preparation first (the
         conversation is busy meanwhile, and `abort` stops it), then the loop."""
-        turn = cls(conversation, new_id("turn"), new_id("msg"), time.time())
+        turn = cls(conversation, new_id("turn"), new_id("msg"), clock.now())
         turn._task = asyncio.get_running_loop().create_task(turn._life(agent, prepare),
                                                              name=f"turn:{conversation.id}")
+        turn._task.add_done_callback(turn._ended)
         return turn
 
     @property
@@ -125,7 +126,7 @@ class RunningTurn:
         try:
             prepared = await prepare()
         except asyncio.CancelledError:
-            # Aborted before it began: nothing of it is kept, and `done` says so (see `abort`).
+            # Aborted before it began: nothing of it is kept, and `done` says so (`_ended`).
             return Outcome("aborted", started=False)
         except BaseException:
             self._to(TurnState.DONE)
@@ -164,7 +165,7 @@ class RunningTurn:
         event log shows it: to be closed (`finish`) by this instance."""
         turn = cls(conversation, record.id, record.message_id, record.started_at)
         turn.reply = reply
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         turn._tool_started = {call.tool_id: now for call in open_tools(reply)}
         turn.approvals = dict(pending)
         turn.state = TurnState.STREAMING
@@ -188,7 +189,7 @@ class RunningTurn:
         fold(self.reply, frame)
         track_approvals(self.approvals, frame)
         if isinstance(frame, ToolStart):
-            self._tool_started[frame.tool_id] = time.monotonic()
+            self._tool_started[frame.tool_id] = asyncio.get_running_loop().time()
         elif isinstance(frame, ToolEnd):
             self._tool_started.pop(frame.tool_id, None)
         if self.state in (TurnState.STREAMING, TurnState.WAITING_TOOL, TurnState.WAITING_USER):
@@ -216,7 +217,12 @@ class RunningTurn:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self.state is TurnState.PREPARING:  # cancelled before it ran at all
+
+    def _ended(self, task: asyncio.Task[Outcome]) -> None:
+        """The task is over. Stopped before the turn began (aborted while it was prepared, or
+        even before its first step), nothing of it is kept, and `done` says so: here, not in
+        `abort`, whose caller may be gone by then (a socket that closed meanwhile)."""
+        if self.state is TurnState.PREPARING:
             self._to(TurnState.DONE)
             self.conversation.turn_over(self)
             self.conversation.publish(Done(message_id=self.message_id, stop_reason="aborted", usage=Usage()))
@@ -240,7 +246,7 @@ class RunningTurn:
         # Text still held back for merging goes out (and into the reply) before the reply is
         # stored: else an aborted reply would lack the last piece its clients get.
         conversation.flush_deltas()
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         for call in open_tools(self.reply):
             started = self._tool_started.get(call.tool_id, now)
             output = NOT_ANSWERED if call.tool_id in self.approvals else "Cancelled before it finished."
@@ -250,7 +256,7 @@ class RunningTurn:
         reply.status = status or reply_status(stop)  # type: ignore[assignment]
         conversation.manager.replace_visible(reply)
         ops: list[Op] = [FinishTurn(conversation.owner, conversation.id, self.id, status or status_for(stop), stop,
-                                    usage.model_dump(by_alias=True), time.time())]
+                                    usage.model_dump(by_alias=True), clock.now())]
         done = Done(message_id=reply.id, stop_reason=stop, usage=usage, detail=detail)
         conversation.publish(done, ops)
         self._to(TurnState.DONE)

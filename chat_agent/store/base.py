@@ -170,6 +170,10 @@ class Store(ABC):
         """Stored events with seq > after_seq, ascending; at most `limit` of them."""
 
     @abstractmethod
+    async def commit_marked(self, writer: str, n: int) -> bool:
+        """Whether the transaction that wrote MarkCommit(writer, n) was committed."""
+
+    @abstractmethod
     async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
         """Turns still marked running, of every owner (or of one conversation): after a crash
         or a write that failed, these were cut off."""

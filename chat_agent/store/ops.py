@@ -232,6 +232,15 @@ class AttachFile:
     added_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class MarkCommit:
+    """Written with a transaction of the store writer's that no event of it identifies, so
+    that whether the transaction was committed can be read back (see StoreWriter's doubts)."""
+
+    writer: str
+    n: int
+
+
 Op = (
     CreateConversation
     | DeleteConversation
@@ -253,6 +262,7 @@ Op = (
     | DeleteQuickAction
     | AddFile
     | AttachFile
+    | MarkCommit
 )
 
 
@@ -266,6 +276,8 @@ def op_scope(op: Op) -> str:
     match op:
         case StartTurn():
             return op.turn.conversation_id
+        case MarkCommit():
+            return f"commit:{op.writer}"
         case SetMemories() | DeleteMemories():
             return f"memories:{op.owner}"
         case PutQuickAction():

@@ -257,9 +257,18 @@ _V8 = (
     "CREATE INDEX turns_by_owner_end ON turns (owner, ended_at)",
 )
 
+# The store writer's marks of commits that no event identifies (see MarkCommit).
+_V9 = (
+    """CREATE TABLE commit_marks (
+        writer TEXT NOT NULL,
+        n BIGINT NOT NULL,
+        PRIMARY KEY (writer, n)
+    )""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

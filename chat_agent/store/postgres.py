@@ -11,6 +11,7 @@ read is one round trip too; the few reads made of two statements run in one snap
 from __future__ import annotations
 
 import dataclasses
+import logging
 import json
 import re
 from collections.abc import AsyncIterator, Sequence
@@ -44,6 +45,7 @@ from chat_agent.store.records import (
 )
 
 _Connection = AsyncConnection[Any]
+log = logging.getLogger(__name__)
 
 # Only numbers are summed: usage may also hold nested objects or flags.
 _USAGE = (
@@ -63,6 +65,21 @@ _CONVERSATION_FILES = (
     " WHERE c.id = $1 AND c.owner = $2 AND f.owner = c.owner ORDER BY l.added_at, l.n"
 )
 _CLAIM = leases.for_postgres(leases.CLAIM)
+# A claim waits this long for a lease row that another transaction locks (a fenced apply
+# share-locks its conversations' rows until it commits) ...
+_CLAIM_LOCK_WAIT = "SET LOCAL lock_timeout = '2s'"
+CLAIM_TRIES = 3
+# ... and if that transaction is the one of an instance whose lease has expired (it stalled
+# in the middle of a commit: stopped, swapped out), that instance's session is ended, as its
+# lease is: its writes would be fenced out anyway, and its locks would hold every other
+# instance back for as long as it stalls (PostgreSQL 15 has no timeout for a session that
+# waits for the rest of a pipeline). The row's locker is its xmax (one locker: no multixact).
+_END_STALLED = leases.for_postgres(
+    "SELECT pg_terminate_backend(l.pid) FROM leases s JOIN pg_locks l ON l.locktype = 'transactionid'"
+    " AND l.mode = 'ExclusiveLock' AND l.granted AND l.transactionid = s.xmax"
+    " WHERE s.conversation_id = ?1 AND s.instance NOT IN ('', ?2) AND s.expires_at <= {now}"
+    " AND l.pid <> pg_backend_pid()"
+)
 _RENEW = leases.for_postgres(leases.RENEW)
 _EXPIRED = leases.for_postgres(leases.EXPIRED)
 _LIVE_INSTANCES = leases.for_postgres(leases.LIVE_INSTANCES)
@@ -144,17 +161,19 @@ class PostgresStore(Store):
     async def _connection(self) -> AsyncIterator[_Connection]:
         if self._pool is None:
             raise StoreError(f"{self!r} is not open")
-        async with self._pool.connection() as conn:
-            yield conn
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            if not _unreachable(exc):
+                raise
+            raise StoreUnavailable(str(exc)) from exc
 
     async def apply(self, ops: Sequence[Op], fences: Fences | None = None, *, busy: bool = False) -> None:
         steps = writes.plan(ops)
         if not steps:
             return
-        try:
-            await self._apply(steps, fences)
-        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
-            raise StoreUnavailable(str(exc)) from exc
+        await self._apply(steps, fences)
 
     async def _apply(self, steps: list[tuple[str, list[Any]]], fences: Fences | None) -> None:
         async with self._connection() as conn:
@@ -179,8 +198,20 @@ class PostgresStore(Store):
 
     async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
         leases.check_instance(instance)
-        rows = await self._fetch(_CLAIM, (conversation_id, instance, float(ttl)))
-        return leases.lease(rows[0]) if rows else None
+        for tried in range(1, CLAIM_TRIES + 1):
+            try:
+                async with self._connection() as conn, conn.transaction():
+                    await conn.execute(_CLAIM_LOCK_WAIT)
+                    cursor = await conn.execute(_CLAIM, (conversation_id, instance, float(ttl)))
+                    rows = await cursor.fetchall()
+                return leases.lease(rows[0]) if rows else None
+            except psycopg.errors.LockNotAvailable:
+                if tried == CLAIM_TRIES:
+                    raise StoreUnavailable(f"the lease of {conversation_id} stays locked") from None
+                if any(ended for (ended,) in await self._fetch(_END_STALLED, (conversation_id, instance))):
+                    log.warning("ended the session of a stalled commit that held the expired lease of %s",
+                                conversation_id)
+        raise AssertionError("unreachable")
 
     async def renew_leases(self, instance: str, ttl: float, conversation_ids: Sequence[str]) -> list[Lease]:
         ids = json.dumps(list(conversation_ids))
@@ -254,6 +285,9 @@ class PostgresStore(Store):
     ) -> list[EventRecord]:
         params = (conversation_id, owner, after_seq, limit)  # LIMIT NULL: no limit
         return [EventRecord(*row) for row in await self._read(reads.EVENTS, params)]
+
+    async def commit_marked(self, writer: str, n: int) -> bool:
+        return bool(await self._read(reads.COMMIT_MARK, (writer, n)))
 
     async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
         where, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
@@ -349,3 +383,10 @@ async def _version(conn: _Connection, conversation_id: str, row: Sequence[Any]) 
     base_idx = row[-2]
     chain = None if base_idx is None else await _rows(conn, reads.CHAIN, (conversation_id, base_idx))
     return reads.version(conversation_id, row, chain)
+
+
+def _unreachable(exc: Exception) -> bool:
+    """Whether the error says the database cannot be reached (the connection, the pool, a
+    server shutting down), not that a statement failed (a lock not granted in time, say)."""
+    state = getattr(exc, "sqlstate", None)
+    return state is None or state.startswith(("08", "53")) or state in ("57P01", "57P02", "57P03")

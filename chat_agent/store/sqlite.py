@@ -18,6 +18,10 @@ Measured with 200 sessions streaming: a 118-row commit took 325 ms there and hel
 frame of the batch; inline, batches of up to a few thousand rows take 1-15 ms. Inline, a
 lock is never waited for: when another process holds it (several instances on one file)
 the batch goes to the thread too, which waits out the busy timeout.
+
+`inline=True` runs everything on the event loop's thread, with no worker thread at all: for
+a small in-memory database, and for the deterministic simulation (tests/sim), where every
+step must happen on its loop, in the order its scheduler chooses.
 """
 
 from __future__ import annotations
@@ -27,14 +31,14 @@ import dataclasses
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from chat_agent import clock
 from chat_agent.store import leases, reads, writes
-from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError
+from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
@@ -103,9 +107,11 @@ class SqliteStore(Store):
 
     kind = "sqlite"
 
-    def __init__(self, path: str | os.PathLike[str], *, checkpoint_interval: float = INTERVAL) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, checkpoint_interval: float = INTERVAL,
+                 inline: bool = False) -> None:
         self.path = path if path == MEMORY else Path(path)
         self._checkpoint_interval = checkpoint_interval
+        self._inline = inline  # every statement on the loop's thread (see the module's doc)
         self._db: sqlite3.Connection | None = None  # reads, on `_thread`
         self._writes: sqlite3.Connection | None = None  # writes: inline or on `_write_thread`
         self._thread: ThreadPoolExecutor | None = None
@@ -121,6 +127,10 @@ class SqliteStore(Store):
             return
         if isinstance(self.path, Path):
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self._inline:
+            self._db = self._connect()
+            self._writes = self._db if self.path == MEMORY else self._connect(for_writes=True)
+            return
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-store")
         self._write_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-write")
         try:
@@ -185,18 +195,29 @@ class SqliteStore(Store):
 
     async def _writing(self, job: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
         """Runs a write transaction on the write connection: inline when asked and the write
-        lock is free, else on the write thread, waiting for the lock up to the busy timeout."""
+        lock is free, else on the write thread, waiting for the lock up to the busy timeout.
+        A full or failing disk is StoreUnavailable: waited out, like a cut database."""
+        try:
+            return await self._write_job(job, inline)
+        except sqlite3.OperationalError as exc:
+            if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+                raise StoreUnavailable(str(exc)) from exc
+            raise
+
+    async def _write_job(self, job: Callable[[sqlite3.Connection], T], inline: bool) -> T:
         async with self._write_lock:
             db = self._writes
             if db is None:
                 raise StoreError(f"{self!r} is not open")
             if db is self._db:  # in memory: the one connection lives on the read thread
                 return await self._run(job, db)
-            if inline:
+            if inline or self._inline:
                 try:
                     return job(db)
-                except _Locked:
-                    pass  # another process writes: wait for it on the thread
+                except _Locked as exc:
+                    if self._inline:  # no thread to wait on: a failed commit, tried again
+                        raise exc.__cause__ from None
+                    # another process writes: wait for it on the thread
             future = asyncio.get_running_loop().run_in_executor(self._write_thread, _waiting, job, db)
             try:
                 return await asyncio.shield(future)
@@ -207,12 +228,12 @@ class SqliteStore(Store):
 
     async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
         leases.check_instance(instance)
-        rows = await self._write(_CLAIM, (conversation_id, instance, ttl, time.time()))
+        rows = await self._write(_CLAIM, (conversation_id, instance, ttl, clock.now()))
         return leases.lease(rows[0]) if rows else None
 
     async def renew_leases(self, instance: str, ttl: float, conversation_ids: Sequence[str]) -> list[Lease]:
         ids = json.dumps(list(conversation_ids))
-        return [leases.lease(row) for row in await self._write(_RENEW, (instance, ttl, ids, time.time()))]
+        return [leases.lease(row) for row in await self._write(_RENEW, (instance, ttl, ids, clock.now()))]
 
     async def release_lease(self, conversation_id: str, instance: str, epoch: int) -> None:
         await self._write(leases.RELEASE, (conversation_id, instance, epoch))
@@ -222,13 +243,16 @@ class SqliteStore(Store):
         return leases.lease(rows[0]) if rows else None
 
     async def expired_leases(self, limit: int = 100) -> list[Lease]:
-        return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit, time.time()))]
+        return [leases.lease(row) for row in await self._fetch(_EXPIRED, (limit, clock.now()))]
 
     async def live_instances(self) -> list[str]:
-        return [row[0] for row in await self._fetch(_LIVE_INSTANCES, (time.time(),))]
+        return [row[0] for row in await self._fetch(_LIVE_INSTANCES, (clock.now(),))]
 
     async def _write(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        """One statement in a transaction of its own, its RETURNING rows read before COMMIT."""
+        """One statement in a transaction of its own, its RETURNING rows read before COMMIT.
+        Inline, like a small batch: these are the leases (and memories), and on the write
+        thread a busy event loop holds each RETURNING row up for the GIL (measured: renewing
+        1,000 leases there took seconds under load, and they expired while held)."""
         def write(db: sqlite3.Connection) -> list[Any]:
             _begin(db)
             try:
@@ -239,7 +263,7 @@ class SqliteStore(Store):
                 raise
             return rows
 
-        return await self._writing(write)
+        return await self._writing(write, inline=True)
 
     async def get_conversation(self, owner: str, conversation_id: str) -> ConversationRecord | None:
         sql = f"{reads.CONVERSATION} WHERE id = ? AND owner = ?"
@@ -303,6 +327,9 @@ class SqliteStore(Store):
         # LIMIT -1 is SQLite's "no limit".
         params = (conversation_id, owner, after_seq, -1 if limit is None else limit)
         return [EventRecord(*row) for row in await self._fetch(reads.EVENTS, params)]
+
+    async def commit_marked(self, writer: str, n: int) -> bool:
+        return bool(await self._fetch(reads.COMMIT_MARK, (writer, n)))
 
     async def running_turns(self, conversation_id: str | None = None) -> list[TurnRecord]:
         where, params = ("", ()) if conversation_id is None else (" AND conversation_id = ?", (conversation_id,))
@@ -388,6 +415,8 @@ class SqliteStore(Store):
         return self._db
 
     async def _run(self, job: Callable[..., T], *args: Any) -> T:
+        if self._inline:
+            return job(*args)
         if self._thread is None:
             raise StoreError(f"{self!r} is not open")
         return await asyncio.get_running_loop().run_in_executor(self._thread, job, *args)

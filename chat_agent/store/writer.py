@@ -20,6 +20,15 @@ them never run (a submit spanning scopes is told only if all of it was stored), 
 submissions of that scope are refused until `reopen`, and the scope is put in `losses`, so
 that whoever holds the scope's state in memory brings it back in line with the store.
 
+A commit whose connection failed while it was under way may have been stored all the same
+(the database committed, the answer was lost): its submissions are in doubt. Before anything
+is tried again the writer reads one event of that transaction back (it commits whole or not
+at all), or, for a transaction without events, the mark it wrote with it (`MarkCommit`):
+found, they are stored and not written twice (which would break a unique key, the log's seq
+or a turn's id, and lose the scope); not found, they are tried again. A commit that has not
+ended after STALLED seconds makes the store count as unavailable at once (a database behind
+a broken network path hangs rather than fails).
+
 With several instances, a conversation's writes are fenced by the lease its instance holds
 (`fence`): each submit of that scope from then on carries the lease's `(instance, epoch)`,
 and the store refuses the batch if the lease changed hands. A fenced-out scope is lost at
@@ -32,12 +41,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from chat_agent.store.base import ConstraintError, FencedOut, Store, StoreError, StoreUnavailable
-from chat_agent.store.ops import AddArtifactVersion, AppendEvents, AppendHistory, Op, ReplaceHistory, op_scope
+from chat_agent.ids import new_id
+from chat_agent.store.ops import (AddArtifactVersion, AppendEvents, AppendHistory, MarkCommit, Op, ReplaceHistory,
+                                  op_scope)
+from chat_agent.store.records import EventRecord
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +68,17 @@ DEFER = 0.02
 # longest. An attempt that has not ended after APPLY_TIMEOUT seconds failed (a hung connection).
 RETRY_FIRST, RETRY_LONGEST = 0.1, 2.0
 APPLY_TIMEOUT = 15.0
+# Seconds after which a commit that has not ended makes the store count as unavailable.
+STALLED = 3.0
+# Seconds an instance that stops waits for an unavailable store to take what it still holds.
+CLOSE_GRACE = 20.0
 # Failures that say the store is unavailable, not that the write is wrong: waited out.
 UNAVAILABLE = (StoreUnavailable, OSError, TimeoutError, sqlite3.OperationalError)
+
+
+def _clock() -> float:
+    """The event loop's clock (monotonic; virtual in the simulation, see tests/sim)."""
+    return asyncio.get_running_loop().time()
 
 
 class NotStored(StoreError):
@@ -101,7 +121,28 @@ class _Submission:
     fence: tuple[str, int] | None = None  # the scope's lease when it was submitted
     ticket: int = 0  # of its submit
     lost: bool = False
+    stored: bool = False  # an attempt that seemed to fail was found committed (see `_resolve`)
     failures: int = 0  # attempts that failed for a reason other than an unavailable store
+
+
+@dataclass(slots=True, eq=False)
+class _Doubt:
+    """The submissions of a commit that failed on the way (a lost connection, a timeout):
+    stored or not, as one of its events says once the store answers again (`probe`), or,
+    for a commit without events, the writer's mark (`mark`) written with it."""
+
+    probe: tuple[str, EventRecord] | None  # (owner, event)
+    mark: int | None
+    submissions: list[_Submission]
+
+
+def _probe(submissions: list[_Submission]) -> tuple[str, EventRecord] | None:
+    """An event the submissions write: found in the store, the transaction that wrote them committed."""
+    for submission in reversed(submissions):
+        for op in reversed(submission.ops):
+            if isinstance(op, AppendEvents) and op.events:
+                return op.owner, op.events[-1]
+    return None
 
 
 def _coalesce(ops: list[Op]) -> list[Op]:
@@ -166,13 +207,17 @@ class StoreWriter:
         self._task: asyncio.Task[None] | None = None
         self._deferred: asyncio.TimerHandle | None = None  # the commit of writes nobody waits for
         self._closing = False
+        self._abandoned = False  # stopped without a store that answers (see `drain`)
+        self._id = new_id(hex_chars=16)  # this writer's name in its commit marks
+        self._marks = 0  # the last mark written
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
+        self._doubts: list[_Doubt] = []  # commits that failed on the way, maybe stored
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
-        self._asked_at = 0.0  # when the pending commit was first asked for (perf_counter)
+        self._asked_at = 0.0  # when the pending commit was first asked for (`_clock`)
         self._busy = False  # whether the event loop was found busy before this batch
         # The scopes that lost writes, in order, for whoever brings them back in line.
         self.losses: asyncio.Queue[str] = asyncio.Queue()
-        self._unavailable_since: float | None = None  # monotonic
+        self._unavailable_since: float | None = None  # `_clock`
         # False when the store became unavailable, True when it took everything again.
         self.availability: asyncio.Queue[bool] = asyncio.Queue()
 
@@ -191,10 +236,14 @@ class StoreWriter:
         await done
 
     def _submit(self, ops: Sequence[Op], on_commit: Callback | None, done: asyncio.Future[None] | None) -> int:
-        if self._closing:
+        if self._closing and not self._abandoned:
             raise RuntimeError("store writer is closed")
         parts = _by_scope(ops) or {"": []}
         outcome = _Outcome(on_commit, done, len(parts))
+        if self._abandoned:  # stopping without a store: what a turn's abort says is not stored
+            for _ in parts:
+                outcome.settle(committed=False)
+            return self._submitted
         for scope, scope_ops in parts.items():
             if scope in self._lost:
                 outcome.settle(committed=False)  # its state is being brought back in line
@@ -215,7 +264,7 @@ class StoreWriter:
     def _ask(self) -> None:
         """Wakes the writer for a commit."""
         if not self._wake.is_set():
-            self._asked_at = time.perf_counter()
+            self._asked_at = _clock()
             self._wake.set()
 
     def fence(self, scope: str, instance: str, epoch: int) -> None:
@@ -247,7 +296,7 @@ class StoreWriter:
     def unavailable_for(self) -> float:
         """Seconds the store has been unavailable (0 when it is not)."""
         since = self._unavailable_since
-        return 0.0 if since is None else time.monotonic() - since
+        return 0.0 if since is None else _clock() - since
 
     async def wait_for(self, ticket: int) -> None:
         """Returns once the submit that got `ticket` (and all before it) is processed:
@@ -262,8 +311,45 @@ class StoreWriter:
     async def flush(self) -> None:
         await self.wait_for(self._submitted)
 
-    async def close(self) -> None:
-        await self.flush()
+    async def drain(self, grace: float = CLOSE_GRACE) -> bool:
+        """Like `flush`, for an instance that stops: a store unavailable for `grace` seconds
+        is not waited for any longer (an instance told to stop must stop; waiting for a cut
+        database would keep it until it is killed, with the same loss). What could not be
+        stored is logged as lost, and the writer stops for good. False if anything was."""
+        if self._abandoned:
+            return False
+        flushed = asyncio.ensure_future(self.flush())
+        while not flushed.done():
+            await asyncio.wait([flushed], timeout=0.5)
+            if not flushed.done() and self.unavailable_for() >= grace:
+                flushed.cancel()
+                await self._abandon()
+                return False
+        return True
+
+    async def _abandon(self) -> None:
+        """Stops for good without storing what waits: each waiting `commit` gets NotStored,
+        each `wait_for` returns, and later submits are refused."""
+        self._closing = self._abandoned = True
+        if self._deferred is not None:
+            self._deferred.cancel()
+            self._deferred = None
+        left = sum(len(s.ops) for s in self._queue)
+        log.error("stopping with the store unavailable for %.0f s: %d writes were not stored",
+                  self.unavailable_for(), left)
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        queue, self._queue = self._queue, []
+        for submission in queue:
+            submission.outcome.settle(committed=False)
+        self._processed = self._submitted
+        self._release(self._processed)
+
+    async def close(self, grace: float = CLOSE_GRACE) -> None:
+        if self._closing:
+            return
+        await self.drain(grace)
         self._closing = True
         if self._deferred is not None:
             self._deferred.cancel()
@@ -280,7 +366,7 @@ class StoreWriter:
             # would gather has queued meanwhile, and one more turn of such a loop would hold
             # every frame of the batch back by as long again. The store is told too (see
             # SqliteStore: a thread would wait on the GIL behind the loop).
-            self._busy = time.perf_counter() - self._asked_at >= SETTLE_MAX or not await self._settle()
+            self._busy = _clock() - self._asked_at >= SETTLE_MAX or not await self._settle()
             self._wake.clear()
             if self._deferred is not None:
                 self._deferred.cancel()
@@ -288,9 +374,13 @@ class StoreWriter:
             batch, ticket = self._queue, self._submitted
             self._queue = []
             waiting: list[_Submission] = []
-            for part in _split(batch):
-                if part:
-                    waiting += await self._commit(part)
+            stall = asyncio.get_running_loop().call_later(STALLED, self._stalled)
+            try:
+                for part in _split(batch):
+                    if part:
+                        waiting += await self._commit(part)
+            finally:
+                stall.cancel()
             if waiting:  # the store is unavailable: they go first, once it takes writes again
                 self._queue = waiting + self._queue
                 ticket = min(s.ticket for s in waiting) - 1
@@ -306,6 +396,14 @@ class StoreWriter:
             else:
                 pause = self._retry_delay
 
+    def _stalled(self) -> None:
+        """A commit has not ended for STALLED seconds: a store that does not answer (a database
+        behind a broken network path) is unavailable long before a timeout says so."""
+        if self._unavailable_since is None:
+            log.warning("a store commit has not ended for %.0f s: the store is taken as unavailable", STALLED)
+            self._went(available=False)
+            self._unavailable_since = _clock() - STALLED
+
     def _went(self, *, available: bool) -> None:
         if available == (self._unavailable_since is None):
             return
@@ -314,7 +412,7 @@ class StoreWriter:
             self._unavailable_since = None
         else:
             log.warning("the store is unavailable: %d writes wait for it, in order", len(self._queue))
-            self._unavailable_since = time.monotonic()
+            self._unavailable_since = _clock()
         self.availability.put_nowait(available)
 
     async def _settle(self) -> bool:
@@ -328,23 +426,23 @@ class StoreWriter:
         fills up (SETTLED), or a turn of the loop alone takes SETTLE_MAX: then no more
         turns are waited for than before (one), which would hold every frame back.
         False when the loop was found busy."""
-        started = time.perf_counter()
+        started = _clock()
         await asyncio.sleep(0)
         while len(self._queue) < SETTLED:
-            before = time.perf_counter()
+            before = _clock()
             if before - started > SETTLE_MAX:
                 return False  # a busy loop, where one more turn could take long: commit now
             await asyncio.sleep(0)
-            if time.perf_counter() - before < IDLE_PASS:
+            if _clock() - before < IDLE_PASS:
                 return True
         return True
 
     async def _commit(self, batch: list[_Submission]) -> list[_Submission]:
         """Writes the submissions and runs their callbacks (those stored) in order; returns
         those to try again (the store was unavailable), in order."""
-        started = time.monotonic()
+        started = _clock()
         waiting = await self._write(batch)
-        took = time.monotonic() - started
+        took = _clock() - started
         if took > SLOW_COMMIT:
             log.warning("a store commit of %d submissions took %.0f ms", len(batch), took * 1000)
         again = {id(s) for s in waiting}
@@ -401,32 +499,93 @@ class StoreWriter:
         return waiting
 
     async def _try(self, submissions: list[_Submission]) -> Exception | None:
-        """Commits the submissions' ops in one transaction; the error if that failed."""
-        fences: dict[str, tuple[str, int]] = {}
-        for submission in submissions:
-            # The oldest fence of a scope: if its lease changed hands since, what the scope
-            # submitted later builds on it and is lost with it.
-            if submission.fence is not None:
-                fences.setdefault(submission.scope, submission.fence)
-        try:
-            async with asyncio.timeout(APPLY_TIMEOUT):
-                await self._store.apply(_coalesce([op for s in submissions for op in s.ops]), fences or None,
-                                        busy=self._busy)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            return exc
-        return None
+        """Commits the submissions' ops in one transaction; the error if that failed. Those
+        found stored already (see `_resolve`) are not written again."""
+        for again in (False, True):
+            # Found stored by an earlier try (`_resolve`): never written twice, also when the
+            # try that found them failed afterwards and their scope is tried on its own.
+            submissions = [s for s in submissions if not s.stored]
+            if not submissions:
+                return None
+            if self._doubts:
+                try:
+                    async with asyncio.timeout(APPLY_TIMEOUT):
+                        await self._resolve()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the store does not answer yet: nothing is tried
+                    return StoreUnavailable(f"cannot tell whether a commit was stored: {exc}")
+                submissions = [s for s in submissions if not s.stored]
+                if not submissions:
+                    return None
+            fences: dict[str, tuple[str, int]] = {}
+            for submission in submissions:
+                # The oldest fence of a scope: if its lease changed hands since, what the scope
+                # submitted later builds on it and is lost with it.
+                if submission.fence is not None:
+                    fences.setdefault(submission.scope, submission.fence)
+            ops = _coalesce([op for s in submissions for op in s.ops])
+            probe, mark = _probe(submissions), None
+            if probe is None:  # nothing to read back but a mark of this commit
+                self._marks += 1
+                mark = self._marks
+                ops.append(MarkCommit(self._id, mark))
+            try:
+                async with asyncio.timeout(APPLY_TIMEOUT):
+                    await self._store.apply(ops, fences or None, busy=self._busy)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if isinstance(exc, ConstraintError) and not again and self._in_doubt(submissions):
+                    # A commit in doubt that was still on its way (cancelled by the timeout,
+                    # say) may have landed since it was looked for: look again.
+                    continue
+                if isinstance(exc, UNAVAILABLE):
+                    self._doubts.append(_Doubt(probe, mark, submissions))
+                    log.info("a commit of %d submissions is in doubt (%s)", len(submissions), exc)
+                return exc
+            # Written now: an earlier commit of any of them did not store them (nor, being
+            # one transaction, the rest of its submissions).
+            written = {id(s) for s in submissions}
+            self._doubts = [d for d in self._doubts if not any(id(s) in written for s in d.submissions)]
+            return None
+        raise AssertionError("unreachable")
+
+    def _in_doubt(self, submissions: list[_Submission]) -> bool:
+        doubted = {id(s) for doubt in self._doubts for s in doubt.submissions}
+        return any(id(s) in doubted for s in submissions)
+
+    async def _resolve(self) -> None:
+        """Looks for the commits in doubt: each one's probe event read back, as written (it was
+        stored: its submissions are not written again) or not there yet (they are tried again,
+        and looked for again if that meets what they wrote)."""
+        for doubt in list(self._doubts):
+            if all(s.stored or s.lost for s in doubt.submissions):
+                self._doubts.remove(doubt)
+                continue
+            if doubt.probe is not None:
+                owner, event = doubt.probe
+                found = await self._store.events_after(owner, event.conversation_id, event.seq - 1, limit=1)
+                stored = bool(found) and found[0].seq == event.seq and found[0].frame == event.frame
+            else:
+                stored = await self._store.commit_marked(self._id, doubt.mark or 0)
+            if stored:
+                log.warning("a commit that seemed to fail was stored (%d submissions): not written again",
+                            len(doubt.submissions))
+                for submission in doubt.submissions:
+                    submission.stored = True
+                self._doubts.remove(doubt)
 
     def _lose(self, scope: str, submissions: list[_Submission], error: Exception) -> None:
         count = sum(len(s.ops) for s in submissions)
         if isinstance(error, FencedOut):  # not a fault: another instance owns it now
             log.warning("%d operations of %s were fenced out: its lease changed hands", count, scope)
         else:
-            log.error("could not store %d operations of %s; its writes are refused until it is reloaded",
-                      count, scope, exc_info=error)
+            seqs = [e.seq for s in submissions for op in s.ops if isinstance(op, AppendEvents) for e in op.events]
+            log.error("could not store %d operations of %s (events %s); its writes are refused until it is reloaded",
+                      count, scope, f"{seqs[0]}..{seqs[-1]}" if seqs else "none", exc_info=error)
         for submission in submissions:
-            submission.lost = True
+            submission.lost = not submission.stored
         # What was queued behind them builds on them: it is lost as well.
         for submission in [s for s in self._queue if s.scope == scope]:
             self._queue.remove(submission)

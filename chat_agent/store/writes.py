@@ -14,11 +14,11 @@ statements, so each backend only has to execute them.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from chat_agent.store.ops import (
+    MarkCommit,
     AddArtifactVersion,
     AddFile,
     AppendEvents,
@@ -42,6 +42,7 @@ from chat_agent.store.ops import (
     UpsertHistoryItem,
     op_scope,
 )
+from chat_agent import clock
 from chat_agent.ids import new_id
 from chat_agent.store.records import HistoryItem, MemoriesRecord
 
@@ -162,6 +163,9 @@ PUT_QUICK_ACTION = (
     " updated_at = excluded.updated_at"
 )
 DELETE_QUICK_ACTION = "DELETE FROM quick_actions WHERE id = ?1 AND owner = ?2"
+# A writer's newest mark replaces its older ones: one row per writer.
+CLEAR_MARKS = "DELETE FROM commit_marks WHERE writer = ?1 AND n < ?2"
+MARK_COMMIT = "INSERT INTO commit_marks (writer, n) VALUES (?1, ?2)"
 INSERT_FILE = (
     "INSERT INTO files (id, owner, filename, media_type, size, source, width, height, blob_key,"
     " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
@@ -202,6 +206,8 @@ _TABLE = {
     # One table name for both, so an AddFile's link always follows its file (see AddFile).
     INSERT_FILE: "files",
     ATTACH_FILE: "files",
+    CLEAR_MARKS: "marks",
+    MARK_COMMIT: "marks",
 }
 
 
@@ -265,6 +271,8 @@ def statements(op: Op) -> list[Step]:
             return [(SET_OVERHEAD, [(op.conversation_id, op.owner, op.tokens)])]
         case AppendEvents():
             return _append_events(op)
+        case MarkCommit():
+            return [(CLEAR_MARKS, [(op.writer, op.n)]), (MARK_COMMIT, [(op.writer, op.n)])]
         case PruneEvents():
             return [(PRUNE_EVENTS, [(op.conversation_id, op.before_seq, op.owner)])]
         case AppendHistory():
@@ -308,7 +316,7 @@ def statements(op: Op) -> list[Step]:
 
 def _append_events(op: AppendEvents) -> list[Step]:
     cid, owner = op.conversation_id, op.owner
-    at = time.time() if op.updated_at is None else op.updated_at
+    at = clock.now() if op.updated_at is None else op.updated_at
     rows = [(cid, e.seq, e.type, e.turn_id, e.frame, at, owner) for e in op.events]
     return [(INSERT_EVENT, rows)]
 

@@ -21,6 +21,7 @@ from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND
 from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
+from chat_agent.store import StoreUnavailable
 from chat_agent.text import all_encodable
 from chat_agent.web.backlog import Backlogs
 from chat_agent.web.threads import thread_conversation_id
@@ -30,6 +31,9 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHORIZED, CLOSE_TRY_AGAIN, CLOSE_RATE_LIMITED = 4401, 1013, 4429
 # How a socket that went away shows itself; anything else ending a loop is a failure of ours.
 GONE = (WebSocketDisconnect, RuntimeError, OSError)
+# What a client is told when something it asked for needs the store and the store does not
+# answer (a cut database): its socket stays open, a running turn goes on from memory.
+STORE_DOWN = "The server cannot reach its storage right now; try again in a moment."
 
 
 @dataclass(slots=True)
@@ -109,6 +113,9 @@ class Connection:
         self.live = live
         generation = live.generation
         session = await self.hub.snapshot(live)  # all of it committed
+        if self._closing is not None:  # closed meanwhile (the state it was made from was not kept)
+            await self._end(None)
+            return
         if session is None:  # deleted meanwhile
             frame = ErrorFrame(conversation_id=live.id, code="not_found", message="No such conversation.")
             await self.ws.send_text(frame.to_json())
@@ -162,6 +169,8 @@ class Connection:
                 seq, text, size = item
                 self._backlogs.sent(self, size)
                 if seq is not None:
+                    if seq > self._last_seq + 1:
+                        await self._fill(seq)
                     if seq <= self._last_seq:
                         continue  # already in the snapshot or a replay
                     self._last_seq = seq
@@ -170,6 +179,17 @@ class Connection:
             self._out = None
             if self._closing is not None:
                 return
+
+    async def _fill(self, seq: int) -> None:
+        """Frames before `seq` this socket never got (written while its instance changed from
+        following the conversation to owning it, say): sent from the log first, in order.
+        The store failing now, it goes on without them rather than failing the socket."""
+        try:
+            await self._replay(self._last_seq)
+        except GONE:
+            raise
+        except Exception as exc:
+            log.warning("could not read frames %d..%d of %s: %s", self._last_seq + 1, seq - 1, self.live.id, exc)
 
     async def _replay(self, after_seq: int) -> None:
         """Sends what the log holds past `after_seq` that this socket was not sent yet. Each seq
@@ -218,6 +238,9 @@ class Connection:
             await self._dispatch(frame)
         except FrameRejected as exc:
             self._reject(exc)
+        except StoreUnavailable as exc:
+            log.warning("could not handle a client frame: the store is unavailable (%s)", exc)
+            self._local_error("internal", STORE_DOWN)
         except Exception:
             log.exception("failed to handle a client frame")
             self._local_error("internal", "The server failed to handle that frame.")
@@ -354,9 +377,13 @@ async def chat_endpoint(ws: WebSocket) -> None:
 async def _serve(ws: WebSocket, hub: Hub, owner: str, quotas: Quotas) -> None:
     conversation_id = ws.query_params.get("conversationId") or None
     connection = Connection(ws, hub, owner, ws.app.state.backlogs, quotas)
-    live = await hub.attach(owner, conversation_id, connection)
-    if live is None and conversation_id is not None:  # the caller's AG-UI thread of that name
-        live = await hub.attach(owner, thread_conversation_id(owner, conversation_id), connection)
+    try:
+        live = await hub.attach(owner, conversation_id, connection)
+        if live is None and conversation_id is not None:  # the caller's AG-UI thread of that name
+            live = await hub.attach(owner, thread_conversation_id(owner, conversation_id), connection)
+    except StoreUnavailable as exc:
+        await _store_down(ws, conversation_id, exc)
+        return
     if live is None:
         frame = ErrorFrame(conversation_id=conversation_id or "", code="not_found", message="No such conversation.")
         await ws.send_text(frame.to_json())
@@ -364,7 +391,21 @@ async def _serve(ws: WebSocket, hub: Hub, owner: str, quotas: Quotas) -> None:
         return
     try:
         await connection.serve(live)
+    except StoreUnavailable as exc:  # its `session` could not be read
+        await _store_down(ws, live.id, exc)
     except (WebSocketDisconnect, RuntimeError, OSError):
         pass  # the client went away; its conversation and any running turn carry on
     finally:
         hub.detach(live, connection)
+
+
+async def _store_down(ws: WebSocket, conversation_id: str | None, exc: Exception) -> None:
+    """No `session` can be made while the store does not answer: the client is told so and
+    asked to connect again later (1013), instead of a server error."""
+    log.warning("refused a connection: the store is unavailable (%s)", exc)
+    try:
+        await ws.send_text(ErrorFrame(conversation_id=conversation_id or "", code="internal",
+                                      message=STORE_DOWN).to_json())
+        await ws.close(CLOSE_TRY_AGAIN)
+    except GONE:
+        pass
