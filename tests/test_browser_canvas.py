@@ -204,8 +204,9 @@ def test_upload_image_and_drop(page, server, fake_anthropic):
     # after a reload the picture is still in the history, served to its owner
     page.reload()
     expect(page.locator(".message.user img")).to_have_count(1)
-    assert page.evaluate("document.querySelector('.message.user img').complete && "
-                         "document.querySelector('.message.user img').naturalWidth") == 64
+    # (it loads after the history shows: waited for, not raced)
+    page.wait_for_function("() => document.querySelector('.message.user img').complete")
+    assert page.evaluate("document.querySelector('.message.user img').naturalWidth") == 64
     no_problems(page)
 
 

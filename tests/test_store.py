@@ -221,6 +221,32 @@ async def test_turns_and_usage_totals(store: Store) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_live_view_is_one_snapshot_while_the_owner_commits(store: Store) -> None:
+    """What another instance reads for a `session`: the last seq, the running turn, its frames
+    and the visible history as of one moment, however fast the owner commits meanwhile."""
+    assert await store.live_view(BOB, "c1", 10) is None
+    await store.apply([StartTurn(turn("t1")), AppendHistory(ALICE, "c1", "visible", (item("u1"),))])
+    views, stop = [], asyncio.Event()
+
+    async def owner() -> None:
+        for seq in range(1, 201):
+            await store.apply([events_op("c1", range(seq, seq + 1))])
+            await asyncio.sleep(0)
+        stop.set()
+
+    async def reader() -> None:
+        while not stop.is_set():
+            views.append(await store.live_view(ALICE, "c1", 10))
+
+    await asyncio.gather(owner(), reader())
+    assert len(views) > 5
+    for view in views:
+        assert view is not None and [t.id for t in view.turns] == ["t1"]
+        assert [e.seq for e in view.events] == list(range(1, view.record.last_seq + 1))
+        assert [i.id for i in view.page.items] == ["u1"] and not view.page.more
+
+
+@pytest.mark.asyncio
 async def test_client_message_ids(store: Store) -> None:
     assert not await store.has_client_message_id(ALICE, "c1", "m1")
     await store.apply([RecordClientMessageId(ALICE, "c1", "m1")])

@@ -13,10 +13,7 @@ from chat_agent.protocol import (ApprovalInfo, ContentChunk, ContextInfo, Contex
                                  server_frames)
 from chat_agent.sessions.fold import fold, track_approvals
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
-from chat_agent.store import Store, TurnRecord
-
-ATTEMPTS = 20  # snapshots read again when the owner committed while one was being read
-
+from chat_agent.store import EventRecord, HistoryPage, Store, TurnRecord
 
 async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None,
                          pending: dict[str, ApprovalInfo] | None = None) -> tuple[VisibleMessage, str]:
@@ -24,6 +21,12 @@ async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None
     the model call that had not completed (its reply was not in the history yet). Fills
     `pending` with the approval requests not answered by then."""
     events = await store.events_after(turn.owner, turn.conversation_id, turn.first_seq - 1)
+    return fold_reply(turn, events, upto, pending)
+
+
+def fold_reply(turn: TurnRecord, events: list[EventRecord], upto: int | None = None,
+               pending: dict[str, ApprovalInfo] | None = None) -> tuple[VisibleMessage, str]:
+    """`reply_from_log` over events already read."""
     reply = VisibleMessage(id=turn.message_id, role="assistant", created_at=turn.started_at, status="streaming")
     unfinished: list[str] = []
     for event in events:
@@ -46,37 +49,26 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
                              max_tokens: int) -> SessionFrame | None:
     """The `session` frame as of the conversation's last committed seq: the running turn's
     reply exactly as its frames up to that seq built it, so that the frames after it, which
-    the socket gets next, continue it without a gap or a repeat. The artifact, the title and
-    the context size may already be newer (those frames only ever set state again). None
-    when the conversation does not exist for this owner."""
-    for _ in range(ATTEMPTS):
-        record = await store.get_conversation(owner, conversation_id)
-        if record is None:
-            return None
-        seq = record.last_seq
-        size = await store.history_size(owner, conversation_id, "model")
-        artifact = await store.get_artifact(owner, conversation_id)
-        turns = await store.running_turns(conversation_id)
-        pending: dict[str, ApprovalInfo] = {}
-        reply = (await reply_from_log(store, turns[-1], upto=seq, pending=pending))[0] if turns else None
-        page = await store.history_page(owner, conversation_id, "visible", None,
-                                        SESSION_MESSAGES - (reply is not None))
-        if page is None:
-            return None
-        if reply is not None and any(item.id == reply.id for item in page.items):
-            continue  # the turn ended meanwhile: its reply is stored, read it all again
-        # The reads are not one snapshot of the store: what the owner committed meanwhile (a
-        # reply finished and stored in the history, say) would show ahead of `seq`.
-        again = await store.get_conversation(owner, conversation_id)
-        if again is None:
-            return None
-        if again.last_seq != seq:
-            continue
-        frame = SessionFrame(conversation_id=conversation_id, seq=seq, title=record.title,
-                             artifact=artifact_state(artifact), tools=tools, running=bool(turns),
-                             context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),
-                             pending_approvals=list(pending.values()))
-        budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
-        frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
-        return frame
-    raise RuntimeError(f"could not read a consistent session of {conversation_id}")
+    the socket gets next, continue it without a gap or a repeat (one snapshot of the store:
+    the owner commits while it is read). The artifact and the context size may already be
+    newer (those frames only ever set state again). None when the conversation does not
+    exist for this owner."""
+    view = await store.live_view(owner, conversation_id, SESSION_MESSAGES)
+    if view is None:
+        return None
+    record = view.record
+    pending: dict[str, ApprovalInfo] = {}
+    reply = fold_reply(view.turns[-1], view.events, record.last_seq, pending)[0] if view.turns else None
+    page = view.page
+    if reply is not None:  # the reply is shown whole as the turn's, not as a history item too
+        items = [item for item in page.items if item.id != reply.id]
+        page = HistoryPage(items[-(SESSION_MESSAGES - 1):], page.more or len(items) >= SESSION_MESSAGES)
+    size = await store.history_size(owner, conversation_id, "model")
+    artifact = await store.get_artifact(owner, conversation_id)
+    frame = SessionFrame(conversation_id=conversation_id, seq=record.last_seq, title=record.title,
+                         artifact=artifact_state(artifact), tools=tools, running=bool(view.turns),
+                         context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),
+                         pending_approvals=list(pending.values()))
+    budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
+    frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
+    return frame

@@ -26,6 +26,7 @@ from chat_agent.store.records import (
     HistoryPage,
     HistorySize,
     Lease,
+    LiveView,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -168,6 +169,11 @@ class Store(ABC):
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
     ) -> list[EventRecord]:
         """Stored events with seq > after_seq, ascending; at most `limit` of them."""
+
+    @abstractmethod
+    async def live_view(self, owner: str, conversation_id: str, limit: int) -> LiveView | None:
+        """The conversation, its running turns, their frames and the newest `limit` visible
+        items, all read in one snapshot of the store; None if it does not exist for `owner`."""
 
     @abstractmethod
     async def commit_marked(self, writer: str, n: int) -> bool:

@@ -39,6 +39,7 @@ from chat_agent.store.records import (
     HistoryPage,
     HistorySize,
     Lease,
+    LiveView,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -285,6 +286,22 @@ class PostgresStore(Store):
     ) -> list[EventRecord]:
         params = (conversation_id, owner, after_seq, limit)  # LIMIT NULL: no limit
         return [EventRecord(*row) for row in await self._read(reads.EVENTS, params)]
+
+    async def live_view(self, owner: str, conversation_id: str, limit: int) -> LiveView | None:
+        async with self._snapshot() as conn:
+            rows = await _rows(conn, f"{reads.CONVERSATION} WHERE id = ? AND owner = ?", (conversation_id, owner))
+            if not rows:
+                return None
+            record = ConversationRecord(*rows[0])
+            turns = [reads.turn(row) for row in await _rows(conn, reads.RUNNING_TURNS, (conversation_id,))]
+            events = []
+            if turns:
+                first = min(turn.first_seq for turn in turns) - 1
+                events = [EventRecord(*row) for row in await _rows(conn, reads.EVENTS, (conversation_id, owner, first, None))
+                          if row[1] <= record.last_seq]
+            rows = await _rows(conn, reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1))
+        page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+        return LiveView(record, turns, events, page)
 
     async def commit_marked(self, writer: str, n: int) -> bool:
         return bool(await self._read(reads.COMMIT_MARK, (writer, n)))

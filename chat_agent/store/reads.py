@@ -46,6 +46,7 @@ SIZE = (
     " JOIN conversations c ON c.id = h.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND h.history = ?"
 )
+RUNNING_TURNS = f"{TURN} WHERE status = 'running' AND conversation_id = ? ORDER BY started_at, id"
 COMMIT_MARK = "SELECT 1 FROM commit_marks WHERE writer = ? AND n = ?"
 EVENTS = (
     "SELECT e.conversation_id, e.seq, e.type, e.turn_id, e.frame FROM events e"

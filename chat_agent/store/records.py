@@ -159,3 +159,15 @@ class Lease:
     instance: str
     epoch: int
     expires_at: float  # unix seconds, by the database's clock on PostgreSQL
+
+
+@dataclass
+class LiveView:
+    """What a `session` of a conversation written elsewhere needs, as of one moment: the
+    conversation (its `last_seq`), the turns running then, their frames so far, and the
+    newest items of the visible history."""
+
+    record: ConversationRecord
+    turns: list[TurnRecord]
+    events: list[EventRecord]  # from the first running turn's first seq to `last_seq`
+    page: HistoryPage

@@ -52,6 +52,7 @@ from chat_agent.store.records import (
     HistoryPage,
     HistorySize,
     Lease,
+    LiveView,
     MemoriesRecord,
     QuickActionRecord,
     TurnRecord,
@@ -327,6 +328,24 @@ class SqliteStore(Store):
         # LIMIT -1 is SQLite's "no limit".
         params = (conversation_id, owner, after_seq, -1 if limit is None else limit)
         return [EventRecord(*row) for row in await self._fetch(reads.EVENTS, params)]
+
+    async def live_view(self, owner: str, conversation_id: str, limit: int) -> LiveView | None:
+        def view(db: sqlite3.Connection) -> LiveView | None:  # one read transaction: one snapshot
+            rows = db.execute(f"{reads.CONVERSATION} WHERE id = ? AND owner = ?", (conversation_id, owner)).fetchall()
+            if not rows:
+                return None
+            record = ConversationRecord(*rows[0])
+            turns = [reads.turn(row) for row in db.execute(reads.RUNNING_TURNS, (conversation_id,)).fetchall()]
+            events = []
+            if turns:
+                first = min(turn.first_seq for turn in turns) - 1
+                events = [EventRecord(*row) for row in db.execute(reads.EVENTS, (conversation_id, owner, first, -1))
+                          if row[1] <= record.last_seq]
+            rows = db.execute(reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1)).fetchall()
+            page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            return LiveView(record, turns, events, page)
+
+        return await self._read(view)
 
     async def commit_marked(self, writer: str, n: int) -> bool:
         return bool(await self._fetch(reads.COMMIT_MARK, (writer, n)))

@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from pydantic import ValidationError
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from chat_agent.quotas import QuotaExceeded, Quotas
 from chat_agent.sessions.commands import for_sender
@@ -286,7 +286,9 @@ class Connection:
                     self._outbox().appendleft(_Replay(after_seq))
                     self._wake.set()
             case PingIn():
-                self._send_local(Pong(conversation_id=live.id).to_json())
+                # Ahead of whatever streams meanwhile (a client measures its connection with
+                # it, and a pong behind a burst of frames would say the link is down).
+                self._queue(None, Pong(conversation_id=live.id).to_json(), urgent=True)
 
     def _local_error(self, code: ErrorCode, message: str, retry_after: int | None = None) -> None:
         conversation_id = self.live.id if self.live else ""
@@ -301,12 +303,15 @@ class Connection:
             self._out = deque()
         return self._out
 
-    def _queue(self, seq: int | None, text: str) -> None:
+    def _queue(self, seq: int | None, text: str, *, urgent: bool = False) -> None:
         if self._closing is not None:
             return  # on its way out: nothing more is sent
         # What the string really holds in memory (1, 2 or 4 bytes a character), in O(1).
         size = sys.getsizeof(text)
-        self._outbox().append((seq, text, size))
+        if urgent:
+            self._outbox().appendleft((seq, text, size))
+        else:
+            self._outbox().append((seq, text, size))
         self._wake.set()
         self._backlogs.add(self, size)  # last: it may drop this connection, or another
 
@@ -394,7 +399,15 @@ async def _serve(ws: WebSocket, hub: Hub, owner: str, quotas: Quotas) -> None:
     except StoreUnavailable as exc:  # its `session` could not be read
         await _store_down(ws, live.id, exc)
     except (WebSocketDisconnect, RuntimeError, OSError):
-        pass  # the client went away; its conversation and any running turn carry on
+        # The client went away (Starlette says so with RuntimeError too); its conversation
+        # and any running turn carry on. With the socket still up, it is our failure: said
+        # and closed, never left for the server to drop without a close frame.
+        if ws.client_state is WebSocketState.CONNECTED and ws.application_state is WebSocketState.CONNECTED:
+            log.exception("connection to conversation %s failed; closing it (%d)", live.id, CLOSE_INTERNAL)
+            try:
+                await ws.close(CLOSE_INTERNAL)
+            except GONE:
+                pass
     finally:
         hub.detach(live, connection)
 

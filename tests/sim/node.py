@@ -14,7 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from starlette.websockets import WebSocketDisconnect
+from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
@@ -156,6 +156,14 @@ class SimSocket:
 
     # what the endpoint calls
 
+    @property
+    def client_state(self) -> WebSocketState:
+        return WebSocketState.DISCONNECTED if self.left else WebSocketState.CONNECTED
+
+    @property
+    def application_state(self) -> WebSocketState:
+        return WebSocketState.DISCONNECTED if self.closed else WebSocketState.CONNECTED
+
     async def accept(self) -> None:
         pass
 
@@ -195,10 +203,12 @@ class SimSocket:
 
     def ended(self) -> None:
         self.over = True
-        if not self.closed and not self.left:
-            # The endpoint returned without closing: the client sees the socket end.
+        if not self.closed and not self.left and not self.node.dead:
+            # The endpoint returned without closing: the ASGI server drops the connection,
+            # and the client sees it end without a close frame or a word of why.
+            self.node.sim.endpoint_errors.append(f"conn {self.conn.id}: the endpoint returned without closing it")
             self.closed = True
-            self.node.sim.closed_by_server(self, 1000)
+            self.node.sim.closed_by_server(self, 1006)
 
     def cut(self) -> None:
         """The process died: the client sees the connection drop (no close frame)."""
