@@ -167,7 +167,7 @@ async def test_two_instances_on_postgresql_share_the_counts(instances, fake_anth
     for ws in asking:  # six turns asked for across both instances, on six conversations
         await send(ws, type="message", content="go")
     outcomes = [await _outcome(ws) for ws in asking]
-    assert sorted(o["type"] for o in outcomes) == ["done"] * 4 + ["error"] * 2
+    assert sorted(o["type"] for o in outcomes) == ["done"] * 4 + ["error"] * 2, outcomes
     assert all(o["code"] == "rate_limited" for o in outcomes if o["type"] == "error")
     assert a.get("/api/usage", token="tok-ann")[1]["quotas"]["turnsPerMinute"]["used"] == 4
     assert b.get("/api/usage", token="tok-ann")[1]["quotas"]["sockets"]["used"] == 10

@@ -111,7 +111,20 @@ class Commands:
             try:
                 answer = await self._forwarder.ask(holder, request)
             except OwnerUnreachable:
-                raise FrameRejected("internal", UNREACHABLE) from None
+                # What said it owns the conversation (its lease, the frames followed here) may
+                # be a dead instance's: forget it, and take the conversation if it is free now.
+                if live.follower is not None:
+                    live.follower.doubt()
+                owned, new_holder = await self._registry.claim(live)
+                if owned:
+                    started = await self._execute(live, frame, echo)
+                    if started is not None:
+                        await _outcome(started)
+                    return
+                if new_holder is None or new_holder == holder:
+                    raise FrameRejected("internal", UNREACHABLE) from None
+                holder = new_holder
+                continue
             if answer.status == "ok":
                 return
             if answer.status == "rejected":

@@ -57,6 +57,12 @@ class Follower:
         if self._gap is None:
             self._gap = asyncio.get_running_loop().create_task(self._read_gap(), name=f"catch-up:{self.conversation_id}")
 
+    def doubt(self) -> None:
+        """The owner the frames named does not answer (it may have died before its last frames
+        reached this instance): whether a turn runs is what the log says from here on."""
+        self.turn, self.instance = None, None
+        self.catch_up()
+
     def stop(self) -> None:
         """The conversation is owned here now, or let go: nothing more is followed."""
         if self._gap is not None:

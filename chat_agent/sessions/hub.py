@@ -54,7 +54,7 @@ class Hub:
         self.files = files
         self.bus = bus or LocalBus("local")
         self.ownership = Ownership(self.bus.instance, store, writer, lease_seconds=settings.lease_seconds,
-                                   sweep_seconds=settings.lease_seconds / 5)
+                                   sweep_seconds=settings.lease_seconds / 5, others=self.bus.shared)
         self.memories = MemoryBook(store, writer)
         forwarder = Forwarder(self.bus)
         self.registry = Registry(settings, store, writer, counter, self.bus, self.ownership, forwarder)

@@ -143,7 +143,10 @@ class LiveConversation:
 
     def show_uncommitted(self) -> None:
         """The store is unavailable: what was logged goes out now, in seq order, not once it
-        is stored (it is, in that order, when the store is back)."""
+        is stored (it is, in that order, when the store is back). Not what the store will
+        refuse (the conversation's writes are lost: its lease went to another instance)."""
+        if self._writer.lost(self.id):
+            return
         for seq, text in self._uncommitted:
             if seq > self._shown:
                 self._shown = seq

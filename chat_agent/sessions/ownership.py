@@ -58,8 +58,9 @@ class LeaseExpired:
 
 class Ownership:
     def __init__(self, instance: str, store: Store, writer: StoreWriter, *, lease_seconds: float,
-                 sweep_seconds: float):
+                 sweep_seconds: float, others: bool = False):
         self.instance = instance
+        self._others = others  # other instances may share the store (see `start`)
         self._store = store
         self._writer = writer
         self._ttl = lease_seconds
@@ -76,6 +77,12 @@ class Ownership:
     async def start(self) -> None:
         await self.claim(INSTANCE_PREFIX + self.instance)
         loop = asyncio.get_running_loop()
+        if self._others:
+            # A new instance cannot tell a dead holder from one that was cut off from the
+            # database, as it may have been itself until now (started while the database was
+            # down): others' expired leases are taken over only once a lease period has
+            # passed, in which a live holder renews them and stores what it showed meanwhile.
+            self._quiet_until = loop.time() + self._ttl
         self._tasks = [loop.create_task(self._renew_loop(), name="lease-renew"),
                        loop.create_task(self._sweep_loop(), name="lease-sweep")]
 
@@ -196,6 +203,7 @@ class Ownership:
                 if conversation_id not in kept and self._held.get(conversation_id) == epoch:
                     log.warning("lost the lease of %s (epoch %d): another instance owns it now", conversation_id, epoch)
                     self.forget(conversation_id)
+                    self._writer.drop(conversation_id)
                     self.events.put_nowait(LeaseLost(conversation_id))
 
     async def _sweep_loop(self) -> None:

@@ -276,6 +276,12 @@ class StoreWriter:
         """Later submits of `scope` are applied without a lease check."""
         self._fences.pop(scope, None)
 
+    def drop(self, scope: str) -> None:
+        """Another instance holds the scope's lease now: what waits under the old one would be
+        fenced out once the store takes writes again, so it is lost at once (its frames are
+        never shown from memory meanwhile)."""
+        self._lose(scope, [], FencedOut([scope]))
+
     def lost(self, scope: str) -> bool:
         """Whether the scope's writes are refused (since a failure, until `reopen`)."""
         return scope in self._lost
@@ -374,7 +380,7 @@ class StoreWriter:
             batch, ticket = self._queue, self._submitted
             self._queue = []
             waiting: list[_Submission] = []
-            stall = asyncio.get_running_loop().call_later(STALLED, self._stalled)
+            stall = asyncio.get_running_loop().create_task(self._watch_stall(), name="store-stall")
             try:
                 for part in _split(batch):
                     if part:
@@ -395,6 +401,18 @@ class StoreWriter:
                 self._wake.set()
             else:
                 pause = self._retry_delay
+
+    async def _watch_stall(self) -> None:
+        """Counts the time the commit under way has waited for the store; at STALLED seconds
+        the store counts as unavailable (`_stalled`). Only time the event loop ran counts: a
+        process that was stopped or starved for a while has not been waiting on the store."""
+        waited, tick = 0.0, STALLED / 6
+        while waited < STALLED:
+            before = _clock()
+            await asyncio.sleep(tick)
+            if _clock() - before < 2 * tick:
+                waited += tick
+        self._stalled()
 
     def _stalled(self) -> None:
         """A commit has not ended for STALLED seconds: a store that does not answer (a database
