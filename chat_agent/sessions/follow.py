@@ -36,10 +36,20 @@ class Follower:
         # Made when frames come and dropped once drained: an idle follower holds ~nothing.
         self._incoming: deque[Committed] | None = None
         self._gap: asyncio.Task[None] | None = None
+        self._ended: deque[str] = deque(maxlen=16)  # the last turns whose `done` was delivered
 
     @property
     def running(self) -> bool:
         return self.turn is not None
+
+    def shows_status(self, turn: str | None) -> bool:
+        """Whether a `status` of the owner's turn `turn` goes to the listeners here: not one of
+        a turn whose `done` they were given (a status may overtake frames on the bus), nor
+        one of another turn than the one followed; one of a turn that has sent no frame yet
+        (waiting for the model) does."""
+        if turn is None or turn in self._ended:
+            return False
+        return self.turn in (turn, UNKNOWN_TURN, None)
 
     def arrived(self, frames: list[Committed], instance: str | None = None) -> None:
         """Frames the owner committed, as the bus brings them: delivered in seq order, a gap
@@ -85,6 +95,8 @@ class Follower:
         self.seq = seq
         if kind == "done":
             self.turn = None
+            if turn_id is not None:
+                self._ended.append(turn_id)
         elif turn_id is not None:
             self.turn = turn_id
         self._deliver(seq, text)

@@ -23,7 +23,6 @@ from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import AnyClientFrame, ArtifactState, SessionFrame, ToolInfo, VisibleMessage
 from chat_agent.sessions.bus import Bus, LocalBus
 from chat_agent.sessions.commands import Commands
-from chat_agent.sessions.follow import UNKNOWN_TURN
 from chat_agent.sessions.forwarding import Forwarder
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
@@ -117,7 +116,7 @@ class Hub:
                         registry.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
                 case Status(conversation=conversation_id, turn=turn, text=text):
                     live = registry.get(conversation_id)  # not after its turn's end (it may overtake frames)
-                    if live is not None and live.follower is not None and live.follower.turn in (turn, UNKNOWN_TURN):
+                    if live is not None and live.follower is not None and live.follower.shows_status(turn):
                         live.deliver(None, text)
                 case Answer() as answer:
                     self._forwarder.answered(answer)

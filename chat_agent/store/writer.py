@@ -208,6 +208,8 @@ class StoreWriter:
         self._deferred: asyncio.TimerHandle | None = None  # the commit of writes nobody waits for
         self._closing = False
         self._abandoned = False  # stopped without a store that answers (see `drain`)
+        self._stall: asyncio.TimerHandle | None = None  # see `_stalled`
+        self._stall_due = 0.0
         self._id = new_id(hex_chars=16)  # this writer's name in its commit marks
         self._marks = 0  # the last mark written
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
@@ -380,13 +382,15 @@ class StoreWriter:
             batch, ticket = self._queue, self._submitted
             self._queue = []
             waiting: list[_Submission] = []
-            stall = asyncio.get_running_loop().create_task(self._watch_stall(), name="store-stall")
+            self._arm_stall()
             try:
                 for part in _split(batch):
                     if part:
                         waiting += await self._commit(part)
             finally:
-                stall.cancel()
+                if self._stall is not None:
+                    self._stall.cancel()
+                    self._stall = None
             if waiting:  # the store is unavailable: they go first, once it takes writes again
                 self._queue = waiting + self._queue
                 ticket = min(s.ticket for s in waiting) - 1
@@ -402,21 +406,22 @@ class StoreWriter:
             else:
                 pause = self._retry_delay
 
-    async def _watch_stall(self) -> None:
-        """Counts the time the commit under way has waited for the store; at STALLED seconds
-        the store counts as unavailable (`_stalled`). Only time the event loop ran counts: a
-        process that was stopped or starved for a while has not been waiting on the store."""
-        waited, tick = 0.0, STALLED / 6
-        while waited < STALLED:
-            before = _clock()
-            await asyncio.sleep(tick)
-            if _clock() - before < 2 * tick:
-                waited += tick
-        self._stalled()
+    def _arm_stall(self) -> None:
+        self._stall_due = _clock() + STALLED
+        self._stall = asyncio.get_running_loop().call_later(STALLED, self._stalled)
 
     def _stalled(self) -> None:
         """A commit has not ended for STALLED seconds: a store that does not answer (a database
-        behind a broken network path) is unavailable long before a timeout says so."""
+        behind a broken network path) is unavailable long before a timeout says so. Unless
+        the timer itself came late: then the process was stopped or starved meanwhile, which
+        says nothing of the store, and the commit gets STALLED seconds more."""
+        if _clock() - self._stall_due > STALLED / 3:
+            self._arm_stall()
+            return
+        self._stall = None
+        self._store_stalled()
+
+    def _store_stalled(self) -> None:
         if self._unavailable_since is None:
             log.warning("a store commit has not ended for %.0f s: the store is taken as unavailable", STALLED)
             self._went(available=False)

@@ -94,9 +94,10 @@ async def test_sigterm_while_the_database_is_cut_off(proxy, instances, launch, f
         again, = launch(1, **{**instances.env, "CHAT_AGENT_DATABASE_URL": proxy.url(instances.url)})
         talk = Talk(await Sock.open("c0#2", [again], 0, conversation), [again], [])
         try:
-            attempt = await talk.until_taken("after the restart", deadline=time.monotonic() + USABLE_WITHIN + 30)
+            attempt = await talk.until_taken("after the restart", deadline=time.monotonic() + USABLE_WITHIN + 10 + 30)
         finally:
             await talk.sock.close()
     assert code in (0, -signal.SIGTERM), again.log()  # uvicorn re-raises the signal once shut down
+    # (The new instance takes the cut turn over once the old lease has run out and a lease
+    # period has passed, as it would for a holder that was only cut off: then the message runs.)
     assert attempt is not None and attempt.stop == "end_turn", talk.attempts
-    assert not talk.sock.session.get("running"), talk.sock.session
