@@ -117,10 +117,7 @@ class Commands:
                     live.follower.doubt()
                 owned, new_holder = await self._registry.claim(live)
                 if owned:
-                    started = await self._execute(live, frame, echo)
-                    if started is not None:
-                        await _outcome(started)
-                    return
+                    return await self._run_here(live, frame, echo)
                 if new_holder is None or new_holder == holder:
                     raise FrameRejected("internal", UNREACHABLE) from None
                 holder = new_holder
@@ -133,12 +130,15 @@ class Commands:
             await asyncio.sleep(CLAIM_RETRY)
             owned, new_holder = await self._registry.claim(live)
             if owned:
-                started = await self._execute(live, frame, echo)
-                if started is not None:
-                    await _outcome(started)
-                return
+                return await self._run_here(live, frame, echo)
             holder = new_holder or holder
         raise FrameRejected("internal", UNREACHABLE)
+
+    async def _run_here(self, live: LiveConversation, frame: AnyClientFrame, echo: bool) -> None:
+        """A forwarded command that this instance took over: run here, a message until its turn started."""
+        started = await self._execute(live, frame, echo)
+        if started is not None:
+            await _outcome(started)
 
     async def answer(self, request: Request) -> None:
         """Runs a request another instance sent here, as the owner, and answers it once done
