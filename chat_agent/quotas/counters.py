@@ -6,7 +6,9 @@ the last unit:
   user's bucket is empty again: taking `amount` of a `rate` (units per `period` s) moves it
   to max(tat, now) + amount·period/rate, refused when that lies more than `period` ahead. A
   user may spend the whole quota at once, then one unit per period/rate seconds: no window
-  edge where twice the quota passes.
+  edge where twice the quota passes. `now` is read while the bucket is locked (or by the
+  backend's own server): a clock read before waiting for the lock could arrive after a later
+  one, and an older `now` judges a full bucket as over the limit.
 - a hold (`hold`) is a row that lasts until released or expired (an open socket), counted
   while it lasts; its instance renews it, so an instance that died holds nothing for long.
 """
@@ -14,15 +16,16 @@ the last unit:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """The outcome of `take`: whether it was granted, and the bucket's `tat` after it (as it
-    stands when refused)."""
+    """The outcome of `take`: whether it was granted, the bucket's `tat` after it (as it
+    stands when refused), and the `now` it was judged at."""
     granted: bool
     tat: float
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +42,10 @@ class Counters(Protocol):
 
     async def close(self) -> None: ...
 
-    async def take(self, owner: str, name: str, amount: float, rate: int, period: float, now: float) -> Taken:
-        """Takes `amount` units if the bucket allows it (see the module's doc)."""
+    async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
+                   clock: Callable[[], float]) -> Taken:
+        """Takes `amount` units if the bucket allows it (see the module's doc); `clock` is read
+        once the bucket is this call's alone."""
 
     async def tat(self, owner: str, name: str) -> float | None:
         """The bucket's `tat`, None when the user never took any."""
@@ -82,11 +87,13 @@ class MemoryCounters:
     async def close(self) -> None:
         pass
 
-    async def take(self, owner: str, name: str, amount: float, rate: int, period: float, now: float) -> Taken:
+    async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
+                   clock: Callable[[], float]) -> Taken:
+        now = clock()
         granted, tat = gcra(self._tats.get((owner, name)), amount, rate, period, now)
         if granted:
             self._tats[(owner, name)] = tat
-        return Taken(granted, tat)
+        return Taken(granted, tat, now)
 
     async def tat(self, owner: str, name: str) -> float | None:
         return self._tats.get((owner, name))

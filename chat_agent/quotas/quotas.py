@@ -139,11 +139,10 @@ class Quotas:
         if rate is None:
             return
         period = _RATES[name]
-        now = self._clock()
-        taken = await self.counters.take(owner, name, amount, rate, period, now)
+        taken = await self.counters.take(owner, name, amount, rate, period, self._clock)
         if not taken.granted:
             # Room for `amount` comes back once the bucket has drained to period - step.
-            wait = taken.tat + min(amount * period / rate, period) - period - now
+            wait = taken.tat + min(amount * period / rate, period) - period - taken.now
             if amount * period / rate > period:
                 raise QuotaExceeded(name, rate, period, f"That is more than your {rate:,} {unit}.")
             raise QuotaExceeded(name, rate, wait, f"You have reached your limit of {rate:,} {unit}; "

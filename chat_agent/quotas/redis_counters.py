@@ -4,20 +4,23 @@ one name are a sorted set of hold ids scored by their expiry."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import redis.asyncio as aioredis
 
 from chat_agent.quotas.counters import Hold, Taken
 
+# The server's clock: every instance's takes are judged on one clock, in the order they run.
 _TAKE = """
-local now, step, period = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local tat = tonumber(redis.call('GET', KEYS[1]) or ARGV[1])
+local time = redis.call('TIME')
+local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+local step, period = tonumber(ARGV[1]), tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
 if tat < now then tat = now end
 local new = tat + step
-if new - now > period then return {0, tostring(tat)} end
+if new - now > period then return {0, tostring(tat), tostring(now)} end
 redis.call('SET', KEYS[1], tostring(new), 'PX', math.max(1, math.ceil((new - now) * 1000)))
-return {1, tostring(new)}
+return {1, tostring(new), tostring(now)}
 """
 _HOLD = """
 local now, expires, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -58,10 +61,11 @@ class RedisCounters:
             redis, self._redis = self._redis, None
             await redis.aclose()
 
-    async def take(self, owner: str, name: str, amount: float, rate: int, period: float, now: float) -> Taken:
+    async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
+                   clock: Callable[[], float]) -> Taken:
         step = amount * period / rate
-        granted, tat = await self._take(keys=[_bucket(owner, name)], args=[repr(now), repr(step), repr(period + SLACK)])
-        return Taken(bool(granted), float(tat))
+        granted, tat, now = await self._take(keys=[_bucket(owner, name)], args=[repr(step), repr(period + SLACK)])
+        return Taken(bool(granted), float(tat), float(now))
 
     async def tat(self, owner: str, name: str) -> float | None:
         assert self._redis is not None

@@ -1,8 +1,8 @@
 """Quota counts in the store's own database (tables of migration 8), on a connection of their
 own so that a burst of sockets or uploads never queues behind the store's writes. Each `take`
-is one statement (an upsert that only moves `tat` when the bucket allows it); each `hold` is
-one transaction that counts and adds under a lock of the user's (SQLite: the database's write
-lock; PostgreSQL: an advisory lock on the user and name)."""
+and each `hold` is one transaction that reads and writes under a lock of the user's (SQLite:
+the database's write lock; PostgreSQL: an advisory lock on the user and name); a take reads
+the clock once it holds the lock, so takes are judged in the order they happen."""
 
 from __future__ import annotations
 
@@ -15,21 +15,18 @@ from typing import Any, Callable, TypeVar
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
-from chat_agent.quotas.counters import Hold, Taken
+from chat_agent.quotas.counters import Hold, Taken, gcra
 
 T = TypeVar("T")
 
-_TAKE = ("INSERT INTO quota_buckets (owner, name, tat) VALUES ({p1}, {p2}, {p3} + {p4})"
-         " ON CONFLICT (owner, name) DO UPDATE SET tat = {max}(quota_buckets.tat, {p3}) + {p4}"
-         " WHERE {max}(quota_buckets.tat, {p3}) + {p4} - {p3} <= {p5}"
-         " RETURNING tat")
+_SET_TAT = ("INSERT INTO quota_buckets (owner, name, tat) VALUES ({p1}, {p2}, {p3})"
+            " ON CONFLICT (owner, name) DO UPDATE SET tat = excluded.tat")
 _TAT = "SELECT tat FROM quota_buckets WHERE owner = {p1} AND name = {p2}"
 _HELD = "SELECT COUNT(*) FROM quota_holds WHERE owner = {p1} AND name = {p2} AND expires_at > {p3}"
 _ADD_HOLD = "INSERT INTO quota_holds (id, owner, name, expires_at) VALUES ({p1}, {p2}, {p3}, {p4})"
 _RELEASE = "DELETE FROM quota_holds WHERE id = {p1}"
 _SWEEP_HOLDS = "DELETE FROM quota_holds WHERE expires_at <= {p1}"
 _SWEEP_BUCKETS = "DELETE FROM quota_buckets WHERE tat <= {p1}"
-SLACK = 1e-9  # float rounding of `tat` must not refuse the last unit
 
 
 def _sqlite(sql: str) -> str:
@@ -73,14 +70,20 @@ class SqliteCounters:
         row = self._db.execute(_sqlite(sql), args).fetchone()
         return None if row is None else row[0]
 
-    async def take(self, owner: str, name: str, amount: float, rate: int, period: float, now: float) -> Taken:
-        step = amount * period / rate
-        if step > period + SLACK:
-            return Taken(False, await self.tat(owner, name) or now)
-        tat = await self._run(lambda: self._one(_TAKE, owner, name, now, step, period + SLACK))
-        if tat is not None:
-            return Taken(True, tat)
-        return Taken(False, await self.tat(owner, name) or now)
+    async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
+                   clock: Callable[[], float]) -> Taken:
+        def job() -> Taken:
+            assert self._db is not None
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                now = clock()
+                granted, tat = gcra(self._one(_TAT, owner, name), amount, rate, period, now)
+                if granted:
+                    self._db.execute(_sqlite(_SET_TAT), (owner, name, tat))
+                return Taken(granted, tat, now)
+            finally:
+                self._db.execute("COMMIT")
+        return await self._run(job)
 
     async def tat(self, owner: str, name: str) -> float | None:
         return await self._run(lambda: self._one(_TAT, owner, name))
@@ -140,13 +143,23 @@ class PostgresCounters:
             row = await cursor.fetchone() if cursor.description is not None else None
         return None if row is None else row[0]
 
-    async def take(self, owner: str, name: str, amount: float, rate: int, period: float, now: float) -> Taken:
-        step = amount * period / rate
-        if step <= period + SLACK:
-            tat = await self._one(_TAKE, owner, name, now, step, period + SLACK)
-            if tat is not None:
-                return Taken(True, float(tat))
-        return Taken(False, await self.tat(owner, name) or now)
+    async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
+                   clock: Callable[[], float]) -> Taken:
+        assert self._pool is not None
+        async with self._pool.connection() as conn, conn.transaction():
+            await self._lock(conn, owner, name)
+            row = await (await conn.execute(_postgres(_TAT), _named(owner, name))).fetchone()
+            now = clock()
+            granted, tat = gcra(None if row is None else float(row[0]), amount, rate, period, now)
+            if granted:
+                await conn.execute(_postgres(_SET_TAT), _named(owner, name, tat))
+            return Taken(granted, tat, now)
+
+    @staticmethod
+    async def _lock(conn: AsyncConnection[Any], owner: str, name: str) -> None:
+        """The user's lock for one name until the transaction ends: two instances reading the
+        same count at once would both see room for one."""
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"quota:{owner}:{name}",))
 
     async def tat(self, owner: str, name: str) -> float | None:
         tat = await self._one(_TAT, owner, name)
@@ -155,8 +168,7 @@ class PostgresCounters:
     async def hold(self, hold: Hold, limit: int, now: float, expires_at: float) -> bool:
         assert self._pool is not None
         async with self._pool.connection() as conn, conn.transaction():
-            # Two instances counting the same user's holds at once would both see room for one.
-            await conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (f"quota:{hold.owner}:{hold.name}",))
+            await self._lock(conn, hold.owner, hold.name)
             row = await (await conn.execute(_postgres(_HELD), _named(hold.owner, hold.name, now))).fetchone()
             if row is not None and row[0] >= limit:
                 return False
