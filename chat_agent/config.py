@@ -265,6 +265,11 @@ class Settings(BaseSettings):
         frozenset(), "comma-separated tool names (`*`: all) that wait for the user's `approve` before they run",
         shown="none")
     approval_timeout: Seconds = setting(600.0, "seconds an approval request waits before it is declined as timed out")
+    repeatable_tools: Annotated[frozenset[str], BeforeValidator(_comma_list)] = setting(
+        frozenset(), "comma-separated tool names (MCP or your own) safe to run again when a turn continues after a "
+        "failure, beside those that declare it themselves (see [Tools and MCP](tools.md))", shown="none")
+    continue_turns: Flag = setting(True, "`0`: a turn cut by a failure (its instance died or stopped) is closed as "
+                                   "`interrupted` instead of continuing on the next owner", shown="on")
     image_api_base_url: str | None = setting(None, "an OpenAI-compatible images API for `generate_image` / "
                                              "`edit_image` (offered only when set)")
     image_api_key: str | None = setting(None, "its key")
