@@ -136,13 +136,18 @@ class ConversationManager:
 
     # ---- the model-facing history -----------------------------------------------------
 
-    def add_user(self, content: str | list[dict[str, Any]]) -> None:
+    def position(self, item_id: str) -> int | None:
+        """Where the history item of that id is, None when it is not (a summary took it)."""
+        return next((n for n, item in enumerate(self._held) if item.id == item_id), None)
+
+    def add_user(self, content: str | list[dict[str, Any]]) -> str:
         """A user message; merged into a trailing user message (e.g. tool results left by an
-        aborted turn) because the API wants roles to alternate."""
+        aborted turn) because the API wants roles to alternate. The id of its history item."""
         blocks = _blocks(content)
         self._add_user_blocks(blocks)
         last = self._held[-1]
         self._exchange = (last.id, len(_blocks(last.data["content"])) - len(blocks))
+        return last.id
 
     def _add_user_blocks(self, blocks: list[dict[str, Any]]) -> None:
         if self.messages and self.messages[-1]["role"] == "user":

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 LOCAL_CODES = frozenset({"invalid_frame", "unknown_type", "empty_message", "too_large"})
 UNREACHABLE = "The server instance running this conversation does not answer; try again in a few seconds."
 BUSY = "A turn is already running in this conversation; wait for done or abort it."
+RELOADED = "This conversation was just reloaded on the server; send the message again."
 
 
 def for_sender(exc: FrameRejected) -> bool:
@@ -231,6 +232,8 @@ class Commands:
             raise FrameRejected("llm_error", unavailable)
         if live.busy:
             raise FrameRejected("busy", BUSY)
+        if not self._registry.keep(live):  # let go and opened again since this copy was found
+            raise FrameRejected("busy", RELOADED)
         started: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
         async def prepare() -> Prepared | None:

@@ -63,17 +63,6 @@ def _read(events: list[EventRecord], turn_id: str) -> _Log:
     return seen
 
 
-def _turn_start(messages: list[dict[str, Any]]) -> int:
-    """Where the turn's messages begin: its user message, the last one that is not only tool
-    results (within a running turn, results are all a user message holds)."""
-    for at in range(len(messages) - 1, -1, -1):
-        message = messages[at]
-        blocks = message["content"] if isinstance(message["content"], list) else [{"type": "text"}]
-        if message["role"] == "user" and any(b.get("type") != "tool_result" for b in blocks):
-            return at
-    return 0
-
-
 def _result(tool_id: str, text: str, is_error: bool) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id, "content": text or "(no output)"}
     if is_error:
@@ -110,7 +99,8 @@ class Continuer:
         pending: dict[str, ApprovalInfo] = {}
         reply, streamed = fold_reply(record, events, pending=pending)
         await live.load()
-        if not live.manager.messages:
+        start = live.manager.position(spec.user_item) if spec.user_item is not None else None
+        if start is None:  # its message never reached the store, or a summary has taken it
             return None
         prefill = streamed.rstrip()  # the API refuses a prefill that ends in white space
         try:
@@ -123,13 +113,13 @@ class Continuer:
         if live.knows_turn(record.id) or live.turn is not None:
             return None
         running = RunningTurn.adopt(live, record, reply, pending)
-        live.notify(StatusFrame(message_id=record.message_id, state="resuming", detail=RESUMING, elapsed=0.0))
         live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])
         rerun = self._mend(live, running, seen, prefill)
         if rerun is None:  # the model had finished: only the end was missing
             running.finish("end_turn", Usage())
             return running
-        running.proceed(self._agent, turn, start=_turn_start(live.manager.messages), rerun=rerun)
+        live.notify(StatusFrame(message_id=record.message_id, state="resuming", detail=RESUMING, elapsed=0.0))
+        running.proceed(self._agent, turn, start=start, rerun=rerun)
         log.warning("continued turn %s of %s at step %d", record.id, live.id, seen.steps)
         return running
 

@@ -53,6 +53,9 @@ NOT_SAVED = Cut(
     result="Cut off: the server could not save this tool's result.",
     message="The server could not save this reply (its storage failed), so it stopped here.",
     status="error",
+    # Its clients may have been shown what the store lost: going on from the store would
+    # contradict them.
+    continues=False,
 )
 
 

@@ -1,10 +1,8 @@
 """One instance's sessions layer, composed: the open conversations (`registry`), what clients
-ask of them (`commands`), what brings them back in line after a fault (`recovery`), the
-background jobs, and what the web layer reads of them. What other parts of the system tell
-this instance arrives on queues, each served by a task while the hub runs (`Hub.running`):
-the bus (frames of conversations owned elsewhere, forwarded commands and their answers), the
-leases (one of ours lost, another's expired) and the store writer (writes it could not store).
-"""
+ask of them (`commands`), what brings them back in line after a fault (`recovery`, and
+`continuation` for cut turns), the background jobs, and what the web layer reads of them.
+Queues, each served by a task while the hub runs (`Hub.running`), bring what the rest tells
+it: the bus (frames and commands of other instances), leases lost or expired, lost writes."""
 
 from __future__ import annotations
 
@@ -21,9 +19,9 @@ from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import AnyClientFrame, ArtifactState, SessionFrame, ToolInfo, VisibleMessage
-from chat_agent.sessions.continuation import Continuer
 from chat_agent.sessions.bus import Bus, LocalBus
 from chat_agent.sessions.commands import Commands
+from chat_agent.sessions.continuation import Continuer
 from chat_agent.sessions.forwarding import Forwarder
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation

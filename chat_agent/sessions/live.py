@@ -165,6 +165,8 @@ class LiveConversation:
         """Tells every listener of the conversation, here and on other instances, a frame that
         is not part of the log (PROTOCOL 1.2 `status`): at once, without a seq, never stored,
         so never replayed."""
+        if self._writer.lost(self.id):
+            return  # its writes are refused (another instance took it): what runs here is doomed
         frame.conversation_id = self.id
         text = frame.to_json()
         self.deliver(None, text)
@@ -214,6 +216,10 @@ class LiveConversation:
                   spec: dict | None = None) -> None:
         """Stores the turn's start and adds the user's message to both histories."""
         first_seq = self._seq + 1
+        self.manager.add_visible(user)
+        item = self.manager.add_user(content)
+        if spec is not None:  # a continuation checks that the history it finds holds the turn's message
+            spec = {**spec, "user_item": item}
         ops: list[Op] = [StartTurn(TurnRecord(id=turn.id, conversation_id=self.id, owner=self.owner,
                                               message_id=turn.message_id, status="running",
                                               started_at=turn.reply.created_at, first_seq=first_seq, spec=spec))]
@@ -221,8 +227,6 @@ class LiveConversation:
         if len(self._turn_starts) > KEEP_TURNS:
             ops.append(PruneEvents(self.owner, self.id, self._turn_starts.pop(0)))
         self._writer.submit(ops)
-        self.manager.add_visible(user)
-        self.manager.add_user(content)
 
     def submit(self, ops: Sequence[Op]) -> None:
         """Stores ops of the conversation's that no frame carries."""
@@ -400,6 +404,8 @@ class LiveConversation:
             record = await self._store.get_conversation(self.owner, self.id)
             if record is not None and record.last_seq > self._seq:
                 return None
+            if frame.running is False and await self._store.running_turns(self.id):
+                return None  # a turn cut elsewhere, not yet taken up here: as the store shows it
         budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
         frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
         return frame

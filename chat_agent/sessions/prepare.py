@@ -52,6 +52,7 @@ class TurnSpec(BaseModel):
     window: int | None = None
     prefix: bool = True
     reflections: bool = True
+    user_item: str | None = None  # the history item of the turn's message (see `live.open_turn`)
 
 
 @dataclass(slots=True)

@@ -106,6 +106,11 @@ class Registry:
                 live.follower.stop()
             self.let_go(live.id)
 
+    def keep(self, live: LiveConversation) -> bool:
+        """Holds the conversation again if it was let go meanwhile (a turn starts in it now);
+        False when another copy of it was opened since, which is the one to use."""
+        return self._live.setdefault(live.id, live) is live
+
     def let_go(self, conversation_id: str) -> None:
         """Gives the lease back, unless the conversation is busy again by then: the next
         command, wherever it arrives, takes it without a hop to this instance."""
@@ -208,16 +213,22 @@ class Registry:
 
     async def _close_cut(self, live: LiveConversation, cut: Cut) -> bool:
         closed = False
-        for turn in await self.store.running_turns(live.id):
-            ended = await end_cut_turn(live, self.store, turn, cut, self._resumer)
+        turns = await self.store.running_turns(live.id)
+        # Two turns left running (a start stored, its end lost) share a history no step of
+        # either can be told apart in: both are closed.
+        resumer = self._resumer if len(turns) == 1 else None
+        for turn in turns:
+            ended = await end_cut_turn(live, self.store, turn, cut, resumer)
             if isinstance(ended, RunningTurn):
+                if not self.keep(live):
+                    await ended.abort()  # another copy was opened meanwhile: that one has it
                 self.spawn(self._continued(live, ended), f"continued:{live.id}")
             closed = bool(ended) or closed
         return closed
 
     async def _continued(self, live: LiveConversation, turn: RunningTurn) -> None:
         """A turn continued here: the conversation may be let go once it is over."""
-        await asyncio.wait([turn.task])
+        await turn.over()
         self.release(live)
 
     # ---- ownership ----------------------------------------------------------------------------
@@ -252,8 +263,9 @@ class Registry:
         loaded = await self.load(live.owner, live.id)
         if loaded is None:
             return False
+        shown_lost = live.unsaved  # listeners here were shown frames the store never took
         live.reload(*self.parts(*loaded))
-        if not await live.deliver_stored():
+        if not await live.deliver_stored() or shown_lost:
             live.missed()
         return True
 

@@ -124,6 +124,11 @@ class RunningTurn:
         assert self._task is not None, "an adopted turn has no task"
         return self._task
 
+    async def over(self) -> None:
+        """Returns once the turn has run its course (at once for one closed without running)."""
+        if self._task is not None:
+            await asyncio.wait([self._task])
+
     async def _life(self, agent: Agent, prepare: Prepare) -> Outcome:
         try:
             prepared = await prepare()
@@ -151,7 +156,7 @@ class RunningTurn:
                      rerun: list[dict] | None = None) -> Outcome:
         conversation = self.conversation
         stop, usage, detail = await drive(agent, conversation.manager, turn, self.message_id, self.emit,
-                                          self.id, conversation.notify, start=start, rerun=rerun)
+                                          self.id, self._notify, start=start, rerun=rerun)
         if self._failure is not None:
             self.emit(ErrorFrame(code="internal", message=self._failure))
             stop = "error"
@@ -198,6 +203,11 @@ class RunningTurn:
             return
         self.conversation.publish(frame)
 
+    def _notify(self, frame: ServerFrame) -> None:
+        """A `status` of the turn, said at once (never after its `done`)."""
+        if self.state is not TurnState.DONE:
+            self.conversation.notify(frame)
+
     def numbered(self, frame: ServerFrame) -> None:
         """The conversation's log gave one of this turn's frames its seq: the reply and the
         open cards follow it (a `session` taken now shows exactly the frames up to it)."""
@@ -241,6 +251,9 @@ class RunningTurn:
             self._to(TurnState.DONE)
             self.conversation.turn_over(self)
             self.conversation.publish(Done(message_id=self.message_id, stop_reason="aborted", usage=Usage()))
+        elif self.state is not TurnState.DONE and task.cancelled():
+            # A continued turn stopped before its task took its first step: its body never ran.
+            self.finish("aborted", Usage())
 
     async def fail(self, message: str) -> None:
         """Stops the turn for a reason of the server's (said in an `error`), as `abort` does."""

@@ -8,7 +8,7 @@ import os
 import sys
 import time
 
-from tests.sim.bugs import BUGS
+from tests.sim.bugs import BUGS, HUB_BUGS
 
 SCENARIO_NAMES = ("cut", "in-doubt", "lease-lost", "takeover")  # tests/sim/scenarios.py
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     which.add_argument("--seeds", help="a range START:STOP (STOP excluded)")
     which.add_argument("--seed", type=int, help="one seed")
     parser.add_argument("--verbose", action="store_true", help="print the run's trace")
-    parser.add_argument("--bug", choices=sorted(BUGS), help="turn a deliberate bug on")
+    parser.add_argument("--bug", choices=sorted([*BUGS, *HUB_BUGS]), help="turn a deliberate bug on")
     parser.add_argument("--scenario", choices=sorted(SCENARIO_NAMES), help="a fault schedule written by hand")
     parser.add_argument("--json", action="store_true", help="one JSON line per failing seed, and a summary line")
     parser.add_argument("--stop-after", type=int, default=0, help="stop after this many failing seeds")

@@ -2,7 +2,7 @@
 
 Each is installed by the simulation into one instance's hub as it is composed: every
 conversation that instance opens gets a subclass of the real `LiveConversation` that breaks
-one rule. Nothing of this is in the product.
+one rule, or the hub's continuation of cut turns does. Nothing of this is in the product.
 """
 
 from __future__ import annotations
@@ -53,14 +53,25 @@ BUGS: dict[str, type[LiveConversation]] = {
 }
 
 
+def rerun_unsafe(hub: Hub) -> None:
+    """A turn continued after a failure runs every call that was running again, safe or not."""
+    hub.registry._resumer.repeatable = lambda name: True  # type: ignore[union-attr, method-assign]
+
+
+HUB_BUGS = {"rerun-unsafe": rerun_unsafe}
+
+
 class Bugs:
     def __init__(self, name: str | None):
-        if name is not None and name not in BUGS:
-            raise ValueError(f"unknown bug {name!r}; known: {', '.join(BUGS)}")
+        if name is not None and name not in BUGS and name not in HUB_BUGS:
+            raise ValueError(f"unknown bug {name!r}; known: {', '.join([*BUGS, *HUB_BUGS])}")
         self.name = name
 
     def install(self, hub: Hub) -> None:
         if self.name is None:
+            return
+        if self.name in HUB_BUGS:
+            HUB_BUGS[self.name](hub)
             return
         kind = BUGS[self.name]
         registry = hub.registry

@@ -32,6 +32,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from chat_agent.protocol import VisibleMessage
+from tests.sim.model import RECORDED
 from tests.sim.world import at_once
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ def check(sim: Simulation) -> list[str]:
             found.append(f"store {cid[:8]}: turn {turn_id} was finished {len(finished)} times")
     for turn in at_once(sim.db.running_turns()):
         found.append(f"store {turn.conversation_id[:8]}: turn {turn.id} still running at the end")
+
+    # ---- tools that must not run twice (a continued turn runs only repeatable ones again) -------
+    found += [f"record call {ref} ran {n} times" for ref, n in RECORDED.items() if n > 1]
 
     # ---- the instances, once the faults are over ------------------------------------------------
     for node in sim.reachable_nodes():

@@ -1,7 +1,7 @@
 """A seeded scripted model and a small real tool for the simulated instances.
 
 The model is a real `ModelClient`: each call streams text deltas (with pauses), or asks for
-the `lookup` tool, and ends with a `ModelReply` that holds exactly what it streamed. While
+the `lookup` tool (safe to repeat) or the `record` tool (not: the checker counts its runs), and ends with a `ModelReply` that holds exactly what it streamed. While
 the schedule's model faults are on it may stay silent before answering (the loop's
 `waiting_model` status, then its idle timeout), announce a retry, or fail mid-stream. A
 message that says `probe` (the checker's last message to every conversation) is answered
@@ -30,6 +30,10 @@ TOOL_STEPS = 2  # tool calls at most in one turn: the model answers in text afte
 
 
 _lookup: BaseTool | None = None
+_record: BaseTool | None = None
+# Runs of each `record` call, by the ref its input carries: a continued turn must never run
+# one twice. Per process (tools take ~20 ms to make), cleared by each simulation.
+RECORDED: dict[str, int] = {}
 
 
 def lookup_tool() -> BaseTool:
@@ -38,6 +42,18 @@ def lookup_tool() -> BaseTool:
     if _lookup is None:
         _lookup = _make_lookup()
     return _lookup
+
+
+def record_tool() -> BaseTool:
+    global _record
+    if _record is None:
+        @tool("record", description="Records something; takes a while, never to be done twice.")
+        async def record(ref: str, ctx: Annotated[ToolContext, InjectedToolArg]) -> str:
+            RECORDED[ref] = RECORDED.get(ref, 0) + 1
+            await asyncio.sleep((zlib.crc32(ref.encode()) % 30) / 10)
+            return f"recorded {ref}"
+        _record = record
+    return _record
 
 
 def _make_lookup() -> BaseTool:
@@ -50,6 +66,7 @@ def _make_lookup() -> BaseTool:
         await asyncio.sleep(pause / 2)
         return f"value of {key}"
 
+    lookup.metadata = {"repeatable": True}
     return lookup
 
 
@@ -118,10 +135,13 @@ class SimModel:
         if not use_tool:
             yield ModelReply(content or [{"type": "text", "text": "(nothing)"}], "end_turn", usage)
             return
-        call = {"type": "tool_use", "id": f"toolu_{self._sim.next_tool_id()}", "name": "lookup",
-                "input": {"key": f"k{rng.randint(0, 99)}"}}
+        tool_id = f"toolu_{self._sim.next_tool_id()}"
+        if rng.random() < 0.5:
+            call = {"type": "tool_use", "id": tool_id, "name": "lookup", "input": {"key": f"k{rng.randint(0, 99)}"}}
+        else:
+            call = {"type": "tool_use", "id": tool_id, "name": "record", "input": {"ref": tool_id}}
         await asyncio.sleep(rng.uniform(0.01, 0.3))
-        yield ToolInputDelta(call["id"], "lookup", json.dumps(call["input"]))
+        yield ToolInputDelta(call["id"], call["name"], json.dumps(call["input"]))
         yield ModelReply([*content, call], "tool_use", usage)
 
     async def call(self, request: ModelRequest) -> ModelReply:

@@ -30,7 +30,7 @@ from chat_agent.web.auth import Authenticator
 from chat_agent.web.backlog import Backlogs
 from chat_agent.web.ws import chat_endpoint
 from tests.sim.bus import SimBus
-from tests.sim.model import SimModel, lookup_tool
+from tests.sim.model import SimModel, lookup_tool, record_tool
 from tests.sim.store import SimStore
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ class Node:
         self.writer = writer
         tools = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)
         tools.add(lookup_tool())
+        tools.add(record_tool())
         agent = Agent(SimModel(sim, random.Random(f"model:{self.name}:{sim.seed}")), tools, settings)
         files = Files(store, writer, LocalBlobs(settings.data_dir), max_bytes=settings.upload_max_bytes)
         bus = SimBus(self.name, sim.network, self.loop)

@@ -19,6 +19,7 @@ from chat_agent import clock, ids
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.store import SqliteStore
 from tests.sim import checker
+from tests.sim.model import RECORDED
 from tests.sim.bugs import Bugs
 from tests.sim.bus import BusFault, Network
 from tests.sim.clients import Client, Conn, Probe, Received, Slot
@@ -119,6 +120,7 @@ class Outcome:
 class Simulation:
     def __init__(self, seed: int, bug: str | None = None, verbose: bool = False, plan: Plan | None = None):
         self.seed = seed
+        RECORDED.clear()
         self.plan = plan or Plan.draw(seed)
         self.world = World(seed)
         self.shadow = Shadow()
