@@ -17,6 +17,7 @@ release before this one), is closed as before (`cut.close_cut_turn`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
@@ -28,14 +29,16 @@ from chat_agent.protocol import ApprovalInfo, ContextUpdate, StatusFrame, ToolEn
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.ownership import Ownership
 from chat_agent.sessions.prepare import TurnPreparer, TurnSpec
 from chat_agent.sessions.replica import fold_reply
 from chat_agent.sessions.turn import RunningTurn
-from chat_agent.store import ContinueTurn, EventRecord, Store, TurnRecord
+from chat_agent.store import ContinueTurn, EventRecord, Store, StoreWriter, TurnRecord
 
 log = logging.getLogger(__name__)
 
 INTERRUPTED = "Interrupted by a server failure; not run again."
+HANDOVER_DRAIN = 5.0  # seconds a stopping instance lets its turns end by themselves
 RESUMING = "The server writing this reply stopped; another one goes on from where it was."
 
 
@@ -160,3 +163,22 @@ class Continuer:
             manager.add_tool_results(results)
         return rerun
 
+
+
+async def hand_over(conversations: list[LiveConversation], writer: StoreWriter, ownership: Ownership) -> None:
+    """A stopping instance (SIGTERM: a rolling restart, a drained node) leaves its running
+    turns for another one to continue, as a dead one's are, but without their wait for the
+    model: turns that end within HANDOVER_DRAIN seconds end here; the others stop without
+    storing anything more (no `done`), and their leases are left to expire rather than given
+    back, so that the first instance to find them expired continues them."""
+    running = [live for live in conversations if live.turn is not None and live.turn.shown]
+    if running:
+        await asyncio.wait([asyncio.ensure_future(live.turn.over()) for live in running  # type: ignore[union-attr]
+                            if live.turn is not None], timeout=HANDOVER_DRAIN)
+    left = [live for live in running if live.turn is not None and ownership.holds(live.id)]
+    for live in left:
+        writer.hand_over(live.id)
+        ownership.forget(live.id)
+    await asyncio.gather(*(live.abort() for live in left), return_exceptions=True)
+    if left:
+        log.warning("handed %d running turn(s) over to the next instance", len(left))

@@ -21,7 +21,7 @@ from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import AnyClientFrame, ArtifactState, SessionFrame, ToolInfo, VisibleMessage
 from chat_agent.sessions.bus import Bus, LocalBus
 from chat_agent.sessions.commands import Commands
-from chat_agent.sessions.continuation import Continuer
+from chat_agent.sessions.continuation import Continuer, hand_over
 from chat_agent.sessions.forwarding import Forwarder
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import Listener, LiveConversation
@@ -88,9 +88,10 @@ class Hub:
         await self.jobs.start()
 
     async def _shutdown(self) -> None:
-        """Aborts every running turn (each gets its `done`), lets what was started in the
-        background end (it waits on the store: drained first), and stores all of it. A store
-        that does not answer is waited for a bounded time (`StoreWriter.drain`)."""
+        """Hands running turns over (or aborts them), lets background work end (drained first),
+        and stores all of it; a store that does not answer is waited for `StoreWriter.drain`."""
+        if self.settings.continue_turns:
+            await hand_over(self.registry.all(), self.writer, self.ownership)
         await self._abort_all()
         await self.jobs.close()
         stored = await self.writer.drain()

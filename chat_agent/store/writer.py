@@ -213,6 +213,7 @@ class StoreWriter:
         self._id = new_id(hex_chars=16)  # this writer's name in its commit marks
         self._marks = 0  # the last mark written
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
+        self._handed: set[str] = set()  # scopes handed to another instance (see `hand_over`)
         self._doubts: list[_Doubt] = []  # commits that failed on the way, maybe stored
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
         self._asked_at = 0.0  # when the pending commit was first asked for (`_clock`)
@@ -247,8 +248,8 @@ class StoreWriter:
                 outcome.settle(committed=False)
             return self._submitted
         for scope, scope_ops in parts.items():
-            if scope in self._lost:
-                outcome.settle(committed=False)  # its state is being brought back in line
+            if scope in self._lost or scope in self._handed:
+                outcome.settle(committed=False)  # its state is being brought back in line, or not ours
             else:
                 self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1))
         self._submitted += 1
@@ -283,6 +284,12 @@ class StoreWriter:
         fenced out once the store takes writes again, so it is lost at once (its frames are
         never shown from memory meanwhile)."""
         self._lose(scope, [], FencedOut([scope]))
+
+    def hand_over(self, scope: str) -> None:
+        """This instance stops and leaves the scope as the store holds it, for another one to
+        go on from: what it submits from now on is dropped (what was submitted before is
+        still stored). Not a loss: nothing is to be brought back in line."""
+        self._handed.add(scope)
 
     def lost(self, scope: str) -> bool:
         """Whether the scope's writes are refused (since a failure, until `reopen`)."""
