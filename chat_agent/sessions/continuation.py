@@ -89,6 +89,7 @@ class Continuer:
         """The cut turn, running again here; None when it cannot go on (close it instead)."""
         if not self._settings.continue_turns or record.spec is None:
             return None
+        generation = live.generation  # moves on if its state is brought back meanwhile
         try:
             spec = TurnSpec.model_validate(record.spec)
         except ValueError:
@@ -113,7 +114,7 @@ class Continuer:
             return None
         # Checked after the reads, with nothing awaited from here on: a turn runs here now, or
         # another closer (a takeover and the opening it started) got to it first.
-        if live.knows_turn(record.id) or live.turn is not None:
+        if live.knows_turn(record.id) or live.turn is not None or live.generation != generation:
             return None
         running = RunningTurn.adopt(live, record, reply, pending)
         live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])

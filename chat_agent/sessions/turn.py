@@ -160,7 +160,7 @@ class RunningTurn:
         if self._failure is not None:
             self.emit(ErrorFrame(code="internal", message=self._failure))
             stop = "error"
-        if stop in ("aborted", "error"):
+        if stop in ("aborted", "error") and conversation.manager.loaded:  # (not: reloaded meanwhile)
             # The loop keeps the history valid itself; this covers a stop it never saw
             # (e.g. between steps) and does nothing when the history already ends well.
             conversation.manager.repair("", STOPPED_NOTE, CANCELLED_RESULT)

@@ -50,6 +50,7 @@ class Node:
         self.rng = random.Random(f"{name}:{sim.seed}")
         self.hub: Hub | None = None
         self.writer: StoreWriter | None = None
+        self.available_at: float | None = None  # when its writer last found the store again
         self.ready = False
         self.dead = False
         self.started_at = sim.world.now
@@ -77,6 +78,16 @@ class Node:
         settings = Settings(instance_id=self.name, **SETTINGS)  # type: ignore[arg-type]
         store = SimStore(sim, self.name, sim.db, random.Random(f"store:{self.name}:{sim.seed}"))
         writer = StoreWriter(store)
+        went = writer._went
+
+        def noted(*, available: bool) -> None:
+            # Frames the conversation let out while the store was away may reach their socket
+            # in the same instant the store came back: they were let out unstored, rightly.
+            if available and writer.unavailable:
+                self.available_at = sim.world.now
+            went(available=available)
+
+        writer._went = noted  # type: ignore[method-assign]
         writer.start()
         self.writer = writer
         tools = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)

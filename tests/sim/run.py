@@ -174,8 +174,9 @@ class Simulation:
         seq = data.get("seq") if data.get("type") != "session" else None
         stored = seq is not None and self.shadow.stored(data.get("conversationId", ""), seq, text)
         writer = socket.node.writer
-        item = Received(self.world.now, seq, data.get("type", "?"), data, text, stored,
-                        writer is not None and writer.unavailable)
+        back = socket.node.available_at
+        away = writer is not None and (writer.unavailable or (back is not None and self.world.now - back < 0.01))
+        item = Received(self.world.now, seq, data.get("type", "?"), data, text, stored, away)
         if self.verbose:
             what = data.get("content") or data.get("stopReason") or data.get("state") or data.get("message") or ""
             self.trace(f"-> conn {socket.conn.id} ({socket.node.name}) {item.type} seq={data.get('seq')} {str(what)[:40]}"
