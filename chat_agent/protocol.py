@@ -17,7 +17,8 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
+                              "plan")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -51,6 +52,16 @@ class ApprovalInfo(Model):
     tool_id: str
     name: str
     input: dict[str, Any]
+
+
+PlanStatus = Literal["pending", "in_progress", "done", "skipped"]
+
+
+class PlanStep(Model):
+    """One step of the model's checklist (1.2 "Plans"), as its `update_plan` call gave it."""
+
+    title: str
+    status: PlanStatus
 
 
 class ContextInfo(Model):
@@ -258,6 +269,7 @@ class SessionFrame(ServerFrame):
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
     pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
+    plan: list[PlanStep] | None = None  # 1.2 "Plans": the running or last turn's latest steps
     # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
     # as that the replies come from the offline demo model. Sent only when there is one.
     notice: str | None = Field(default=None, exclude_if=_omit_none)

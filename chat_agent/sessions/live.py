@@ -24,6 +24,7 @@ from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.follow import UNKNOWN_TURN, Follower
 from chat_agent.sessions.messages import Committed, Status
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
+from chat_agent.sessions.plan import latest_plan
 from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
@@ -397,6 +398,7 @@ class LiveConversation:
                 return None
         budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
         frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
+        frame.plan = latest_plan(frame.messages)
         return frame
 
     async def _consistent(self, capture: Callable[[], tuple[T, str | None, int]]) -> tuple[T, HistoryPage | None]:

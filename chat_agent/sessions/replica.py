@@ -13,6 +13,7 @@ from chat_agent.protocol import (ApprovalInfo, ContentChunk, ContextInfo, Contex
                                  server_frames)
 from chat_agent.sessions.fold import fold, track_approvals
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
+from chat_agent.sessions.plan import latest_plan
 from chat_agent.store import EventRecord, HistoryPage, Store, TurnRecord
 
 async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None,
@@ -71,4 +72,5 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
                          pending_approvals=list(pending.values()))
     budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
     frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
+    frame.plan = latest_plan(frame.messages)
     return frame
