@@ -195,6 +195,9 @@ class DemoModel:
         if name == "set_title":
             match = re.search(r"<user>\n(.*?)\n</user>", _user_text(messages[-1]["content"]), re.DOTALL)
             return {"title": _title(match[1] if match else "Demo conversation")}
+        if name == "submit_review":  # the reviewer (CHAT_AGENT_REVIEW): the demo passes what it made
+            return {"passed": True, "score": 0.9, "suggestions": [],
+                    "feedback": "(Demo review) The result does what was asked; a real reviewer model reads it closely."}
         if name == "store_reflections":
             return {"styleRules": [], "content": []}  # an empty reflection changes nothing
         return {}

@@ -14,6 +14,7 @@ from typing import Any
 
 from chat_agent import clock
 from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.review import ReviewGate, ReviewPolicy
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import MemoryBook, render_memories
@@ -25,7 +26,7 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
+from chat_agent.protocol import Highlight, MessageIn, QuickAction, ReviewSettings, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.turn import Prepared
@@ -92,6 +93,20 @@ def _change_block(live: LiveConversation, version: ArtifactVersionRecord, others
     return edit
 
 
+def review_policy(settings: Settings, asked: ReviewSettings | None) -> ReviewPolicy | None:
+    """How this turn is reviewed: the message's `settings.review` over the server's default
+    (`CHAT_AGENT_REVIEW`); None when it is not."""
+    if asked is None:
+        if settings.review == "off":
+            return None
+        return ReviewPolicy(settings.review_model or settings.small_model, settings.review_max_revisions,
+                            settings.review, ReviewGate(settings.approval_timeout))
+    if not asked.enabled:
+        return None
+    return ReviewPolicy(settings.review_model or settings.small_model, asked.max_revisions, asked.decision,
+                        ReviewGate(settings.approval_timeout))
+
+
 class TurnPreparer:
     """Turns a `message` frame into a turn: checks it, reads its attachments, and builds what
     the loop needs. Raises FrameRejected with the reason a client is told."""
@@ -137,7 +152,8 @@ class TurnPreparer:
                     focus=content if plan.highlight is not None else None,
                     # a message can add tools to the server's list, never take one off it
                     approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
-                                           self._settings.approval_timeout))
+                                           self._settings.approval_timeout),
+                    review=review_policy(self._settings, message.settings.review))
         return Prepared(turn, user, content)
 
     def _tool_names(self, message: MessageIn) -> list[str]:
