@@ -5,10 +5,15 @@ with the reply and their calls counted in `done.usage`."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import time
 
+import httpx
+
 import pytest
+from PIL import Image
 
 from tests import pace
 from tests.conftest import SMALL_MODEL
@@ -212,3 +217,58 @@ async def test_abort_during_a_review_and_a_timed_out_question(make_server, fake_
     _, after = await connect(server, session["conversationId"])
     assert after["pendingReviews"] == [] and after["running"] is False
     await ws.close()
+
+
+async def test_a_generated_image_is_shown_to_the_reviewer(make_server, fake_anthropic, fake_images):
+    server = make_server(CHAT_AGENT_IMAGE_API_BASE_URL=fake_images.base_url,
+                         CHAT_AGENT_IMAGE_API_KEY=fake_images.api_key)
+    ws, _ = await connect(server)
+    fake_anthropic.verdicts(Verdict(False, 0.3, "The sea is not calm.", ["Make the water flat"]), Verdict(True, 0.8))
+    fake_anthropic.enqueue(Reply([ToolUse("generate_image", {"prompt": "a stormy sea"})]), Reply("Here it is."),
+                           Reply([ToolUse("generate_image", {"prompt": "a calm flat sea"})]), Reply("Calmer now."))
+    reviewed = len(reviews_sent(fake_anthropic))
+    await send(ws, type="message", content="Paint a calm sea", settings=review_settings())
+    frames = await until(ws, "done", timeout=90)
+    made = [f["output"]["imageId"] for f in of(frames, "tool_end")]
+    assert len(made) == 2 and frames[-1]["stopReason"] == "end_turn"
+    failed, passed = of(frames, "review")
+    assert failed["target"] == {"kind": "image", "fileId": made[0]} and not failed["passed"]
+    assert passed["target"] == {"kind": "image", "fileId": made[1]} and passed["revision"] == 1
+    first, second = reviews_sent(fake_anthropic)[reviewed:]
+    for body, image_id in ((first, made[0]), (second, made[1])):
+        blocks = body["messages"][0]["content"]
+        images = [b for b in blocks if b["type"] == "image"]
+        assert len(images) == 1 and images[0]["source"]["type"] == "base64"
+        assert image_id in json.dumps(blocks) and "Paint a calm sea" in json.dumps(blocks)
+    # The reviewer saw the very image that was made (the fake paints each prompt its own colour).
+    shown = Image.open(io.BytesIO(base64.b64decode(
+        [b for b in first["messages"][0]["content"] if b["type"] == "image"][0]["source"]["data"]))).convert("RGB")
+    url = of(frames, "tool_end")[0]["output"]["url"]
+    original = Image.open(io.BytesIO(httpx.get(server.http_url + url, timeout=10).content)).convert("RGB")
+    assert shown.getpixel((5, 5)) == original.getpixel((5, 5))
+    await ws.close()
+
+
+async def test_a_question_survives_a_reconnect_to_another_instance(instances, fake_anthropic):
+    a, b = instances(2)
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    fake_anthropic.verdicts(Verdict(False, 0.3, "No conclusion."), Verdict(True, 0.95))
+    fake_anthropic.enqueue(Reply([GENERATE]), Reply("Drafted."), Reply([REWRITE]), Reply("Concluded."))
+    await send(ws_a, type="message", content=ASK, settings=review_settings("ask"))
+    request = (await until(ws_a, "review_request", timeout=30))[-1]
+    await ws_a.close()  # the user's tab goes away; the turn waits on A
+
+    ws_b, late = await connect(b, cid)  # and comes back on B
+    assert late["running"] is True
+    assert late["pendingReviews"] == [{"messageId": request["messageId"], "reviewId": request["reviewId"]}]
+    assert [p["type"] for p in late["messages"][-1]["parts"]].count("review") == 1
+    await send(ws_b, type="review_decision", reviewId=request["reviewId"], decision="revise")
+    frames = await until(ws_b, "done", timeout=60)
+    assert of(frames, "review_decision")[0]["decision"] == "revise"
+    assert [(r["passed"], r["revision"]) for r in of(frames, "review")] == [(True, 1)]
+    assert frames[-1]["stopReason"] == "end_turn" and len(of(frames, "done")) == 1
+    _, after = await connect(a, cid)
+    assert after["pendingReviews"] == [] and after["artifact"]["currentIndex"] == 2
+    assert [p.get("decision") for p in after["messages"][-1]["parts"] if p["type"] == "review"] == ["revise", None]
+    await ws_b.close()
