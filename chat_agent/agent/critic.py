@@ -19,8 +19,8 @@ import logging
 from contextlib import aclosing
 from typing import Any, AsyncIterator
 
-from chat_agent.agent.events import (ArtifactChanged, ContextChanged, Event, ReviewAnswered, ReviewAsked, Reviewed,
-                                     ToolEnded, TurnFinished)
+from chat_agent.agent.events import (ArtifactChanged, ContextChanged, Event, ModelWaiting, ReviewAnswered, ReviewAsked,
+                                     Reviewed, ToolEnded, TurnFinished)
 from chat_agent.agent.loop import Agent, Turn, run_turn
 from chat_agent.agent.review import ReviewFailed, Subject, review
 from chat_agent.context.conversation import ConversationManager
@@ -74,7 +74,12 @@ async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn) -> A
         review_id = new_id("rev")
         try:
             target, subject = await _subject(turn, request, before, images)
-            verdict, used = await review(agent.model, policy.model, subject)
+            call = asyncio.create_task(review(agent.model, policy.model, subject), name="review")
+            async with aclosing(_waiting(call, agent.settings.status_interval,
+                                         agent.settings.model_idle_timeout)) as waits:
+                async for waiting in waits:
+                    yield waiting
+            verdict, used = call.result()
         except ReviewFailed as exc:
             log.warning("%s: no review of this turn: %s", turn.conversation_id, exc)
             yield dataclasses.replace(finished, usage=total)
@@ -99,6 +104,26 @@ async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn) -> A
         # The revision reads the feedback: a forced first call (a quick action's rewrite, a
         # highlight's span edit with only the excerpt) would not.
         turn = dataclasses.replace(turn, tool_choice=None, focus=None)
+
+
+async def _waiting(call: asyncio.Task[Any], every: float, idle: float) -> AsyncIterator[ModelWaiting]:
+    """Says at a steady pace that the reviewer has not answered yet (its call is silence for
+    the user, like any model call), and gives it up after `idle` seconds (ReviewFailed). The
+    call is cancelled if the turn stops meanwhile."""
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    try:
+        while True:
+            await asyncio.wait({call}, timeout=every)
+            if call.done():
+                return
+            if loop.time() - started >= idle:
+                raise ReviewFailed(f"the reviewer sent nothing for {idle:g} s")
+            yield ModelWaiting(loop.time() - started)
+    finally:
+        if not call.done():
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
 
 
 async def _subject(turn: Turn, request: str, before: Any, images: list[str]
