@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from tests.browser import no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse, Verdict
+from tests.fakes.anthropic_script import is_review
 from tests.test_browser_canvas import assistant, open_page, send
 
 
@@ -74,13 +75,17 @@ def test_plan_checklist_and_review_decisions(page, make_server, fake_anthropic):
 
 
 def test_a_question_open_on_reload_can_be_accepted(page, make_server, fake_anthropic):
-    server = make_server(CHAT_AGENT_REVIEW="ask")
+    server = make_server()  # reviews off by default: the page's Review toggle asks for one
     open_page(page, server)
+    page.check("#opt-review")
     fake_anthropic.verdicts(Verdict(False, 0.4, "Too plain."))
     fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"title": "Sea", "type": "text", "content": "Waves."})]),
                            Reply("Drafted."))
+    before = len(fake_anthropic.requests)
     send(page, "Write about the sea")
     expect(page.locator(".review.failed .review-ask button.accept")).to_be_visible()
+    asked = [r.body for r in fake_anthropic.requests[before:] if is_review(r.body)]
+    assert len(asked) == 1 and "Write about the sea" in json.dumps(asked[0]["messages"])
     page.reload()  # the question is still open, from session.pendingReviews
     expect(page.locator("#connection")).to_have_text("connected")
     accept = page.locator(".review.failed .review-ask button.accept")
