@@ -281,6 +281,11 @@ class Settings(BaseSettings):
     review_max_revisions: Annotated[int, Field(ge=0, le=3)] = setting(
         1, "revisions after failed reviews in one turn, by default (a message's `settings.review.maxRevisions`: 0-3)")
     review_model: Model | None = setting(None, "the reviewer's model (named as above)", shown="the small model")
+    repeatable_tools: Annotated[frozenset[str], BeforeValidator(_comma_list)] = setting(
+        frozenset(), "comma-separated tool names (MCP or your own) safe to run again when a turn continues after a "
+        "failure, beside those that declare it themselves (see [Tools and MCP](tools.md))", shown="none")
+    continue_turns: Flag = setting(True, "`0`: a turn cut by a failure (its instance died or stopped) is closed as "
+                                   "`interrupted` instead of continuing on the next owner", shown="on")
     image_api_base_url: str | None = setting(None, "an OpenAI-compatible images API for `generate_image` / "
                                              "`edit_image` (offered only when set)")
     image_api_key: str | None = setting(None, "its key")

@@ -14,6 +14,8 @@ from tests.support import connect, recv, send, text_of, until
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
 # A killed server's lease has to expire before another process closes its turn: short here.
 SHORT_LEASE = {"CHAT_AGENT_LEASE_SECONDS": "3"}
+# Turns cut by a crash closed, as with continuation off (test_e2e_continuation.py has it on).
+CLOSED = {**SHORT_LEASE, "CHAT_AGENT_CONTINUE_TURNS": "0"}
 
 
 async def test_turn_survives_a_dropped_socket_and_resume_has_no_gaps(server, fake_anthropic):
@@ -134,13 +136,13 @@ async def _after_the_dead_lease(server, conversation_id: str) -> tuple[object, d
 
 async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_path, fake_anthropic):
     data = tmp_path / "data"
-    server = make_server(data, **SHORT_LEASE)
+    server = make_server(data, **CLOSED)
     ws, session = await connect(server)
     fake_anthropic.enqueue(SLOW)
     await send(ws, type="message", content="go")
     seen = [await recv(ws) for _ in range(6)]
     server.stop(signal.SIGKILL)
-    server = make_server(data, **SHORT_LEASE)
+    server = make_server(data, **CLOSED)
     ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     assert snapshot["running"] is False
     reply = snapshot["messages"][-1]
@@ -158,7 +160,7 @@ async def test_crash_mid_turn_is_marked_interrupted_on_start(make_server, tmp_pa
 
 async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake_anthropic, fake_exa):
     data = tmp_path / "data"
-    server = make_server(data, **SHORT_LEASE)
+    server = make_server(data, **CLOSED)
     ws, session = await connect(server)
     fake_exa.delay = 30
     try:
@@ -168,7 +170,7 @@ async def test_crash_mid_tool_leaves_a_valid_history(make_server, tmp_path, fake
         server.stop(signal.SIGKILL)
     finally:
         fake_exa.delay = 0.0
-    server = make_server(data, **SHORT_LEASE)
+    server = make_server(data, **CLOSED)
     ws, snapshot = await _after_the_dead_lease(server, session["conversationId"])
     call = snapshot["messages"][-1]["toolCalls"][0]
     assert call["isError"] is True and call["duration"] is not None

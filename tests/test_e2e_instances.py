@@ -122,7 +122,7 @@ async def test_the_next_message_may_land_anywhere(instances_any_bus, fake_anthro
 
 
 async def test_a_killed_owner_s_turn_is_closed_by_another_instance(instances, fake_anthropic):
-    a, b = instances(2)
+    a, b = instances(2, CHAT_AGENT_CONTINUE_TURNS="0")
     ws_a, session = await connect(a)
     cid = session["conversationId"]
     ws_b, _ = await connect(b, cid)

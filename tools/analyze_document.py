@@ -48,6 +48,8 @@ def build(settings: Settings) -> BaseTool:
         return text, {"documentId": file.id, "filename": file.filename, "parts": parts, "query": query,
                       "unit": doc.unit, "partCount": len(doc.parts), "chars": len(text)}
 
+    # It only reads: a turn that continues after a failure may run it again.
+    analyze_document.metadata = {"repeatable": True}
     return analyze_document
 
 

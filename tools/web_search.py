@@ -49,6 +49,8 @@ def build(settings: Settings) -> BaseTool:
         ctx.progress(f"Found {len(results)} result{'' if len(results) == 1 else 's'}")
         return _content(query, results), _artifact(query, results)
 
+    # It only reads: a turn that continues after a failure may run it again.
+    web_search.metadata = {"repeatable": True}
     return web_search
 
 

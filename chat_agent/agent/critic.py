@@ -36,15 +36,19 @@ Feedback: {feedback}{suggestions}{said}
 Revise the result to address this review: change the artifact or make a new image with your tools, then say briefly what you changed."""
 
 
-async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
-    """`run_turn`, then reviews and revisions as `turn.review` says (just `run_turn` without it)."""
+async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn, *, start: int | None = None,
+                       rerun: list[dict[str, Any]] | None = None) -> AsyncIterator[Event]:
+    """`run_turn`, then reviews and revisions as `turn.review` says (just `run_turn` without it).
+    `start` and `rerun` are a continued turn's (see `run_turn`), for its first round only: a
+    turn continued after a failure is reviewed on what it makes from there on."""
     policy = turn.review
     if policy is None:
-        async with aclosing(run_turn(agent, conv, turn)) as events:
+        async with aclosing(run_turn(agent, conv, turn, start=start, rerun=rerun)) as events:
             async for event in events:
                 yield event
         return
-    request = _request_text(conv.messages[-1]) if conv.messages else ""
+    at = len(conv.messages) - 1 if start is None else start
+    request = _request_text(conv.messages[at]) if 0 <= at < len(conv.messages) else ""
     total = Usage()
     revision = 0
     while True:
@@ -52,7 +56,7 @@ async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn) -> A
         before = canvas.current if canvas is not None else None
         changed, images = False, []
         finished: TurnFinished | None = None
-        async with aclosing(run_turn(agent, conv, turn)) as events:
+        async with aclosing(run_turn(agent, conv, turn, start=start, rerun=rerun)) as events:
             async for event in events:
                 if isinstance(event, TurnFinished):
                     finished = event
@@ -100,6 +104,7 @@ async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn) -> A
                 return
             said = answer.message
         revision += 1
+        start, rerun = None, None
         conv.add_user(_feedback(target, verdict.score, verdict.feedback, verdict.suggestions, said))
         # The revision reads the feedback: a forced first call (a quick action's rewrite, a
         # highlight's span edit with only the excerpt) would not.

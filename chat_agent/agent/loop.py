@@ -94,9 +94,16 @@ class _Progress:
     detail: str | None = None
 
 
-async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn) -> AsyncIterator[Event]:
-    """Runs model calls and tools until the model stops; the caller already added the user message."""
-    progress = _Progress(start=len(conv.messages) - 1, forced=turn.tool_choice)
+async def run_turn(agent: Agent, conv: ConversationManager, turn: Turn, *, start: int | None = None,
+                   rerun: list[dict[str, Any]] | None = None) -> AsyncIterator[Event]:
+    """Runs model calls and tools until the model stops; the caller already added the user message.
+    A turn that continues after a failure gives where its messages `start` in the history,
+    and the calls of its last reply to run again first (their cards are open already)."""
+    progress = _Progress(start=len(conv.messages) - 1 if start is None else start, forced=turn.tool_choice)
+    if rerun:
+        async with aclosing(_run_tools(agent, conv, turn, rerun, {}, announce=False)) as tool_events:
+            async for event in tool_events:
+                yield event
     for _ in range(agent.settings.max_steps):
         if conv.needs_summary() and await _summarize(agent, conv):
             yield ContextChanged(conv.tokens, conv.max_tokens, summarized=True)
@@ -234,7 +241,7 @@ def _invalid_result(raw: str) -> ToolResult:
 
 
 async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls: list[dict[str, Any]],
-                     invalid: dict[str, str]) -> AsyncIterator[Event]:
+                     invalid: dict[str, str], *, announce: bool = True) -> AsyncIterator[Event]:
     """Runs all calls of one reply concurrently, streaming their progress as it comes; a call
     whose input was not valid JSON does not run, its result tells the model so."""
     events: asyncio.Queue[Event] = asyncio.Queue()
@@ -265,7 +272,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
     tasks: list[asyncio.Task[None]] = []
     finished = False
     try:
-        for call in calls:
+        for call in calls if announce else ():
             yield ToolStarted(call["id"], call["name"], call["input"])
         tasks = [asyncio.create_task(run(call), name=f"tool:{call['name']}") for call in calls]
         remaining = len(calls)

@@ -2,6 +2,7 @@
 during it (start-up recovery), its instance stopped renewing its lease, or its writes could
 not be stored (the writer lost them).
 
+Such a turn continues where it can (`Resumer`, sessions/continuation.py); else it is closed.
 What the user saw of such a turn is rebuilt from the event log (frames reach clients only
 once committed), the model-facing history is made valid again, and the conversation's
 listeners get the ending they missed: open tool cards closed, an `error`, and `done`,
@@ -11,12 +12,17 @@ through the same `finish` a running turn ends with.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from chat_agent.protocol import ApprovalInfo, MessageStatus, ReviewInfo
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.replica import reply_from_log
 from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import Store, TurnRecord
+
+
+class Resumer(Protocol):
+    async def resume(self, live: LiveConversation, record: TurnRecord) -> RunningTurn | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +33,7 @@ class Cut:
     result: str  # the result of a tool call that never finished
     message: str  # the `error` frame's message
     status: MessageStatus  # of the reply and of the stored turn
+    continues: bool = True  # whether the turn may go on instead (sessions/continuation.py)
 
 
 RESTARTED = Cut(
@@ -47,6 +54,20 @@ NOT_SAVED = Cut(
     message="The server could not save this reply (its storage failed), so it stopped here.",
     status="error",
 )
+
+
+async def end_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut,
+                       resumer: Resumer | None = None) -> RunningTurn | bool:
+    """Continues the turn here (the turn, running again) or closes it (True); False when it
+    is not cut off after all (it runs or ended here: the store is behind), or another turn
+    runs here now."""
+    if live.knows_turn(record.id) or live.turn is not None:
+        return False
+    if resumer is not None and cut.continues:
+        resumed = await resumer.resume(live, record)
+        if resumed is not None:
+            return resumed
+    return await close_cut_turn(live, store, record, cut)
 
 
 async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> bool:

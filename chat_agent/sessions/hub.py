@@ -21,6 +21,7 @@ from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import Files
 from chat_agent.model.demo import NOTICE as DEMO_NOTICE
 from chat_agent.protocol import AnyClientFrame, ArtifactState, SessionFrame, ToolInfo, VisibleMessage
+from chat_agent.sessions.continuation import Continuer
 from chat_agent.sessions.bus import Bus, LocalBus
 from chat_agent.sessions.commands import Commands
 from chat_agent.sessions.forwarding import Forwarder
@@ -56,11 +57,12 @@ class Hub:
                                    sweep_seconds=settings.lease_seconds / 5, others=self.bus.shared)
         self.memories = MemoryBook(store, writer)
         forwarder = Forwarder(self.bus)
-        self.registry = Registry(settings, store, writer, counter, self.bus, self.ownership, forwarder)
+        preparer = TurnPreparer(settings, agent, store, files, self.memories, counter)
+        self.registry = Registry(settings, store, writer, counter, self.bus, self.ownership, forwarder,
+                                 Continuer(settings, agent, store, preparer))
         self.jobs = ConversationJobs(settings, agent.model, self.memories, self.registry, queue)
         self.recovery = Recovery(self.registry)
-        self.commands = Commands(settings, agent, self.registry, forwarder, self.jobs,
-                                 TurnPreparer(settings, agent, store, files, self.memories, counter))
+        self.commands = Commands(settings, agent, self.registry, forwarder, self.jobs, preparer)
         self._forwarder = forwarder
 
     # ---- life ---------------------------------------------------------------------------------

@@ -212,18 +212,23 @@ class LiveConversation:
             self._unload = None
         await self.manager.load()
 
-    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict]) -> None:
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict],
+                  spec: dict | None = None) -> None:
         """Stores the turn's start and adds the user's message to both histories."""
         first_seq = self._seq + 1
         ops: list[Op] = [StartTurn(TurnRecord(id=turn.id, conversation_id=self.id, owner=self.owner,
                                               message_id=turn.message_id, status="running",
-                                              started_at=turn.reply.created_at, first_seq=first_seq))]
+                                              started_at=turn.reply.created_at, first_seq=first_seq, spec=spec))]
         self._turn_starts.append(first_seq)
         if len(self._turn_starts) > KEEP_TURNS:
             ops.append(PruneEvents(self.owner, self.id, self._turn_starts.pop(0)))
         self._writer.submit(ops)
         self.manager.add_visible(user)
         self.manager.add_user(content)
+
+    def submit(self, ops: Sequence[Op]) -> None:
+        """Stores ops of the conversation's that no frame carries."""
+        self._writer.submit(list(ops))
 
     def adopt_turn(self, turn: RunningTurn) -> None:
         """A turn cut off elsewhere, taken over to be closed here."""

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
 
 from chat_agent import clock
 from chat_agent.agent.approval import ApprovalGate
@@ -34,6 +36,33 @@ from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
+
+
+class ReviewSpec(BaseModel):
+    """A turn's review settled when it starts (the message's `settings.review` over the
+    server's default), kept with its spec so a continued turn is reviewed the same way."""
+
+    model: str
+    max_revisions: int = 1
+    decision: Literal["auto", "ask"] = "auto"
+
+
+class TurnSpec(BaseModel):
+    """What builds a turn's `Turn` again, stored with the turn when it starts: a turn cut by
+    a failure continues from it (sessions/continuation.py) with the same model, tools and
+    prompt options, memories read anew."""
+
+    model: str
+    thinking: bool = False
+    tools: list[str]
+    require_approval: list[str] = []
+    tool_choice: dict[str, Any] | None = None  # forced on the first call only
+    highlight: Highlight | None = None
+    focused: bool = False  # the forced call is sent the user's message alone
+    window: int | None = None
+    prefix: bool = True
+    reflections: bool = True
+    review: ReviewSpec | None = None  # 1.2 "Review": how what the turn makes is reviewed; None: it is not
 
 
 @dataclass(slots=True)
@@ -93,18 +122,17 @@ def _change_block(live: LiveConversation, version: ArtifactVersionRecord, others
     return edit
 
 
-def review_policy(settings: Settings, asked: ReviewSettings | None) -> ReviewPolicy | None:
+def review_spec(settings: Settings, asked: ReviewSettings | None) -> ReviewSpec | None:
     """How this turn is reviewed: the message's `settings.review` over the server's default
     (`CHAT_AGENT_REVIEW`); None when it is not."""
+    model = settings.review_model or settings.small_model
     if asked is None:
         if settings.review == "off":
             return None
-        return ReviewPolicy(settings.review_model or settings.small_model, settings.review_max_revisions,
-                            settings.review, ReviewGate(settings.approval_timeout))
+        return ReviewSpec(model=model, max_revisions=settings.review_max_revisions, decision=settings.review)
     if not asked.enabled:
         return None
-    return ReviewPolicy(settings.review_model or settings.small_model, asked.max_revisions, asked.decision,
-                        ReviewGate(settings.approval_timeout))
+    return ReviewSpec(model=model, max_revisions=asked.max_revisions, decision=asked.decision)
 
 
 class TurnPreparer:
@@ -132,29 +160,53 @@ class TurnPreparer:
                                                  + ", ".join(self._settings.models))
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
         memories = await self._memories.load(live.owner)
-        registry = self._agent.registry
-        tools = registry.schemas(self._tool_names(message))
-        system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
-                               memories=render_memories(memories) if plan.reflections else None)
-        counter = self._counter
-        live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
-        services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
-                                highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
-                                documents=self._documents, model=self._agent.model)
+        spec = TurnSpec(model=model, thinking=message.settings.thinking and plan.tool_choice is None,  # the API
+                        tools=self._tool_names(message),  # refuses thinking with a forced tool
+                        # a message can add tools to the server's list, never take one off it
+                        require_approval=sorted(self._settings.require_approval
+                                                | set(message.settings.require_approval)),
+                        tool_choice=plan.tool_choice, highlight=plan.highlight,
+                        # The span edit needs only the excerpt: sending the history along with a
+                        # forced tool_choice would process all of it again, uncached.
+                        focused=plan.highlight is not None, window=plan.window, prefix=plan.prefix,
+                        reflections=plan.reflections, review=review_spec(self._settings, message.settings.review))
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
-        turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
-                    thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
-                    tool_choice=plan.tool_choice, window=plan.window, services=services,
-                    # The span edit needs only the excerpt: sending the history along with a
-                    # forced tool_choice would process all of it again, uncached.
-                    focus=content if plan.highlight is not None else None,
-                    # a message can add tools to the server's list, never take one off it
-                    approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
-                                           self._settings.approval_timeout),
-                    review=review_policy(self._settings, message.settings.review))
-        return Prepared(turn, user, content)
+        turn = self._turn(live, spec, memories, focus=content if spec.focused else None)
+        counter, system, tools = self._counter, turn.system, turn.tools
+        live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
+        return Prepared(turn, user, content, spec.model_dump(mode="json"))
+
+    async def resume(self, live: LiveConversation, spec: TurnSpec, *, first_call: bool,
+                     thinking: bool = True) -> Turn:
+        """The `Turn` of a stored turn that goes on after a failure, from its spec; the forced
+        call (a highlight, a quick action) only if its first call never completed."""
+        memories = await self._memories.load(live.owner)
+        if not first_call:
+            spec = spec.model_copy(update={"tool_choice": None, "focused": False})
+        if not thinking:
+            spec = spec.model_copy(update={"thinking": False})
+        focus = None
+        if spec.focused:  # the turn's own message, as the model read it
+            focus = next((m["content"] for m in reversed(live.manager.messages) if m["role"] == "user"), None)
+        return self._turn(live, spec, memories, focus=focus)
+
+    def _turn(self, live: LiveConversation, spec: TurnSpec, memories: Any, *, focus: list[dict] | None) -> Turn:
+        enabled = set(self._agent.registry.enabled())
+        tools = self._agent.registry.schemas([name for name in spec.tools if name in enabled])
+        system = system_blocks(SYSTEM_PROMPT, prefix=spec.prefix,
+                               memories=render_memories(memories) if spec.reflections else None)
+        services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
+                                highlight=spec.highlight, files=self._files.scoped(live.owner, live.id),
+                                documents=self._documents, model=self._agent.model)
+        return Turn(owner=live.owner, conversation_id=live.id, model=spec.model, system=system, tools=tools,
+                    thinking=spec.thinking, tool_choice=spec.tool_choice, window=spec.window, services=services,
+                    focus=focus, approvals=ApprovalGate(frozenset(spec.require_approval),
+                                                        self._settings.approval_timeout),
+                    review=None if spec.review is None else ReviewPolicy(
+                        spec.review.model, spec.review.max_revisions, spec.review.decision,
+                        ReviewGate(self._settings.approval_timeout)))
 
     def _tool_names(self, message: MessageIn) -> list[str]:
         wanted = message.settings

@@ -52,7 +52,7 @@ class Recovery:
                 log.exception("could not recover the turn(s) of %s", conversation_id)
         await self._writer.flush()
         if turns:
-            log.warning("closed %d turn(s) interrupted by the last shutdown", len(turns))
+            log.warning("continued or closed %d turn(s) the last process left running", len(turns))
         return len(turns)
 
     # ---- writes the store lost ---------------------------------------------------------------

@@ -22,11 +22,12 @@ from chat_agent.ids import new_id
 from chat_agent.protocol import ErrorFrame
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.bus import Bus
-from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, close_cut_turn
+from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, Resumer, end_cut_turn
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.live import CLOSE_INTERNAL, Listener, LiveConversation
 from chat_agent.sessions.messages import RunJob
 from chat_agent.sessions.ownership import Claim, Ownership
+from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversation, HistorySize, Store, StoreWriter
 
 log = logging.getLogger(__name__)
@@ -42,13 +43,14 @@ JOB_TIMEOUT = 120.0  # seconds an owner has to run a background job handed to it
 
 class Registry:
     def __init__(self, settings: Settings, store: Store, writer: StoreWriter, counter: TokenCounter, bus: Bus,
-                 ownership: Ownership, forwarder: Forwarder):
+                 ownership: Ownership, forwarder: Forwarder, resumer: Resumer | None = None):
         self.settings = settings
         self.store = store
         self.writer = writer
         self.bus = bus
         self.ownership = ownership
         self._forwarder = forwarder
+        self._resumer = resumer  # continues cut turns (None: they are closed)
         self._counter = counter
         self._live: dict[str, LiveConversation] = {}
         self._loading: dict[str, asyncio.Lock] = {}
@@ -207,8 +209,16 @@ class Registry:
     async def _close_cut(self, live: LiveConversation, cut: Cut) -> bool:
         closed = False
         for turn in await self.store.running_turns(live.id):
-            closed = await close_cut_turn(live, self.store, turn, cut) or closed
+            ended = await end_cut_turn(live, self.store, turn, cut, self._resumer)
+            if isinstance(ended, RunningTurn):
+                self.spawn(self._continued(live, ended), f"continued:{live.id}")
+            closed = bool(ended) or closed
         return closed
+
+    async def _continued(self, live: LiveConversation, turn: RunningTurn) -> None:
+        """A turn continued here: the conversation may be let go once it is over."""
+        await asyncio.wait([turn.task])
+        self.release(live)
 
     # ---- ownership ----------------------------------------------------------------------------
 

@@ -31,8 +31,8 @@ RETRYING = "The model API {reason}; trying again in {delay:.1f} s (attempt {atte
 
 
 async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_id: str,
-                publish: Publish, turn_id: str | None = None,
-                notify: Notify = lambda frame: None) -> tuple[StopReason, Usage, str | None]:
+                publish: Publish, turn_id: str | None = None, notify: Notify = lambda frame: None, *,
+                start: int | None = None, rerun: list[dict] | None = None) -> tuple[StopReason, Usage, str | None]:
     """Runs the loop until it stops, publishing a frame for every event (`notify` gets the
     `status` ones); how it stopped, what it used, and `done.detail`. Abort is the
     cancellation of the task awaiting this; it returns "aborted" then, it does not raise.
@@ -41,7 +41,7 @@ async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_
     usage, detail = Usage(), None
     with turn_span(turn.conversation_id, turn_id, turn.owner) as span:
         try:
-            async with aclosing(run_reviewed(agent, manager, turn)) as events:
+            async with aclosing(run_reviewed(agent, manager, turn, start=start, rerun=rerun)) as events:
                 async for event in events:
                     if isinstance(event, TurnFinished):
                         stop, usage, detail = event.stop_reason, event.usage, event.detail

@@ -61,6 +61,7 @@ class Prepared:
     turn: Turn
     user: VisibleMessage
     content: list[dict]
+    spec: dict | None = None  # stored with the turn, so that it can continue after a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,8 @@ class LiveConversation(Protocol):
     def publish(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None: ...
     def notify(self, frame: ServerFrame) -> None: ...
     def flush_deltas(self) -> None: ...
-    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict]) -> None: ...
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict],
+                  spec: dict | None = None) -> None: ...
     def adopt_turn(self, turn: RunningTurn) -> None: ...
     def turn_over(self, turn: RunningTurn) -> None: ...
 
@@ -140,13 +142,17 @@ class RunningTurn:
         return await self._run(agent, prepared)
 
     async def _run(self, agent: Agent, prepared: Prepared) -> Outcome:
-        conversation = self.conversation
         self._turn = prepared.turn
-        changes = conversation.canvas.changes
-        conversation.open_turn(self, prepared.user, prepared.content)
+        changes = self.conversation.canvas.changes
+        self.conversation.open_turn(self, prepared.user, prepared.content, prepared.spec)
         self._to(TurnState.STREAMING)
-        stop, usage, detail = await drive(agent, conversation.manager, prepared.turn, self.message_id, self.emit,
-                                          self.id, conversation.notify)
+        return await self._drive(agent, prepared.turn, changes)
+
+    async def _drive(self, agent: Agent, turn: Turn, changes: int, *, start: int | None = None,
+                     rerun: list[dict] | None = None) -> Outcome:
+        conversation = self.conversation
+        stop, usage, detail = await drive(agent, conversation.manager, turn, self.message_id, self.emit,
+                                          self.id, conversation.notify, start=start, rerun=rerun)
         if self._failure is not None:
             self.emit(ErrorFrame(code="internal", message=self._failure))
             stop = "error"
@@ -173,6 +179,15 @@ class RunningTurn:
         turn.state = TurnState.STREAMING
         conversation.adopt_turn(turn)
         return turn
+
+    def proceed(self, agent: Agent, turn: Turn, *, start: int, rerun: list[dict]) -> None:
+        """An adopted turn goes on (sessions/continuation.py): the loop runs again from the
+        history as mended, `rerun` first."""
+        self._turn = turn
+        self._task = asyncio.get_running_loop().create_task(
+            self._drive(agent, turn, self.conversation.canvas.changes, start=start, rerun=rerun),
+            name=f"turn:{self.conversation.id}")
+        self._task.add_done_callback(self._ended)
 
     # ---- what the turn says -----------------------------------------------------------------
 

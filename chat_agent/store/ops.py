@@ -130,6 +130,17 @@ class StartTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class ContinueTurn:
+    """Records that a running turn was continued after a failure at `step` (its completed
+    model calls): failing again at the same step, it is closed instead."""
+
+    owner: str
+    conversation_id: str
+    turn_id: str
+    step: int
+
+
+@dataclass(frozen=True, slots=True)
 class FinishTurn:
     owner: str
     conversation_id: str
@@ -252,6 +263,7 @@ Op = (
     | UpsertHistoryItem
     | ReplaceHistory
     | StartTurn
+    | ContinueTurn
     | FinishTurn
     | RecordClientMessageId
     | AddArtifactVersion

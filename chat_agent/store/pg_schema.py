@@ -268,7 +268,13 @@ _V9 = (
 
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Turns that continue after a failure: how to build the turn again, and where it last did.
+_V10 = (
+    "ALTER TABLE turns ADD COLUMN spec TEXT",
+    "ALTER TABLE turns ADD COLUMN continued_step INTEGER",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

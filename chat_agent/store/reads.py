@@ -24,7 +24,7 @@ CONVERSATION_TAKEN = "SELECT 1 FROM conversations WHERE id = ?"
 NEWEST_FIRST = "updated_at DESC, id DESC"
 TURN = (
     "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
-    " ended_at, stop_reason, usage FROM turns"
+    " ended_at, stop_reason, usage, spec, continued_step FROM turns"
 )
 HISTORY = (
     "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
@@ -117,8 +117,9 @@ def item(row: Sequence[Any]) -> HistoryItem:
 
 
 def turn(row: Sequence[Any]) -> TurnRecord:
-    *head, usage = row
-    return TurnRecord(*head, usage=None if usage is None else json.loads(usage))
+    *head, usage, spec, continued_step = row
+    return TurnRecord(*head, usage=None if usage is None else json.loads(usage),
+                      spec=None if spec is None else json.loads(spec), continued_step=continued_step)
 
 
 def memories(row: Sequence[Any]) -> MemoriesRecord:

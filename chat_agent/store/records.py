@@ -73,6 +73,10 @@ class TurnRecord:
     ended_at: float | None = None
     stop_reason: str | None = None
     usage: dict[str, Any] | None = None
+    # What a continuation needs to build the turn again (model, tools, prompt options;
+    # see sessions/continuation.py), and the step it was last continued at.
+    spec: dict[str, Any] | None = None
+    continued_step: int | None = None
 
 
 @dataclass(slots=True)

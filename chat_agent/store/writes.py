@@ -28,6 +28,7 @@ from chat_agent.store.ops import (
     DeleteConversation,
     DeleteMemories,
     DeleteQuickAction,
+    ContinueTurn,
     FinishTurn,
     Op,
     PruneEvents,
@@ -86,8 +87,12 @@ CLEAR_HISTORY = (
 )
 START_TURN = (
     "INSERT INTO turns (conversation_id, id, owner, message_id, status, started_at,"
-    " first_seq, ended_at, stop_reason, usage)"
-    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE " + _OWNED.format(n=3)
+    " first_seq, ended_at, stop_reason, usage, spec)"
+    " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE " + _OWNED.format(n=3)
+)
+CONTINUE_TURN = (
+    "UPDATE turns SET continued_step = ?4"
+    " WHERE conversation_id = ?1 AND owner = ?2 AND id = ?3 AND status = 'running'"
 )
 FINISH_TURN = (
     "UPDATE turns SET status = ?4, stop_reason = ?5, usage = ?6, ended_at = ?7"
@@ -194,6 +199,7 @@ _TABLE = {
     CLEAR_HISTORY: "history",
     START_TURN: "turns",
     FINISH_TURN: "turns",
+    CONTINUE_TURN: "turns",
     RECORD_CLIENT_ID: "client_ids",
     ENSURE_ARTIFACT: "artifact",
     INSERT_VERSION: "artifact",
@@ -287,6 +293,8 @@ def statements(op: Op) -> list[Step]:
             return [(CLEAR_HISTORY, [clear]), (APPEND_ITEM, rows)]
         case StartTurn():
             return [(START_TURN, [_turn_row(op)])]
+        case ContinueTurn():
+            return [(CONTINUE_TURN, [(op.conversation_id, op.owner, op.turn_id, op.step)])]
         case FinishTurn():
             usage = None if op.usage is None else dumps(op.usage)
             row = (op.conversation_id, op.owner, op.turn_id, op.status, op.stop_reason)
@@ -330,7 +338,7 @@ def _turn_row(op: StartTurn) -> Row:
     usage = None if t.usage is None else dumps(t.usage)
     return (
         t.conversation_id, t.id, t.owner, t.message_id, t.status, t.started_at,
-        t.first_seq, t.ended_at, t.stop_reason, usage,
+        t.first_seq, t.ended_at, t.stop_reason, usage, None if t.spec is None else dumps(t.spec),
     )
 
 

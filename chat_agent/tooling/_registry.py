@@ -121,6 +121,12 @@ class ToolRegistry:
         field = (adapter.tool.metadata or {}).get("streams") if adapter is not None else None
         return field if isinstance(field, str) else None
 
+    def repeatable(self, name: str) -> bool:
+        """Whether a call may run a second time when its turn continues after a failure (a
+        tool declares it as `metadata={"repeatable": True}`: it reads, changes nothing)."""
+        adapter = self._tools.get(name)
+        return adapter is not None and (adapter.tool.metadata or {}).get("repeatable") is True
+
     def enabled(self) -> list[str]:
         return [name for name in self._order if name in self._tools]
 

@@ -1,0 +1,172 @@
+"""A turn cut by a failure (its instance died, stopped, or lost its lease) goes on here,
+from its last completed step, instead of being closed (PROTOCOL 1.2 "Turns continue after a
+failure").
+
+What a continuation starts from is what the store holds: the model-facing history (each
+model reply and each set of tool results is stored as it completes), the turn's event log
+(what its clients saw) and its spec (how to build the turn again). Where the failure struck:
+- in a model call: the text its clients saw of that call is kept, and the call is made
+  again with that text as the start of the reply (a prefill), so the model goes on after it;
+- while tools ran: a call whose card was closed keeps the result its clients saw; a call
+  still running is run again only if its tool is safe to repeat, and else ends as an error
+  the model is told of;
+- after the model's last reply: the turn only has to end.
+A turn that fails again at the step it was continued at, or that has no spec (stored by a
+release before this one), is closed as before (`cut.close_cut_turn`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from chat_agent.agent.loop import Agent
+from chat_agent.config import Settings
+from chat_agent.protocol import ApprovalInfo, ContextUpdate, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
+from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.fold import open_tools
+from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.prepare import TurnPreparer, TurnSpec
+from chat_agent.sessions.replica import fold_reply
+from chat_agent.sessions.turn import RunningTurn
+from chat_agent.store import ContinueTurn, EventRecord, Store, TurnRecord
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED = "Interrupted by a server failure; not run again."
+RESUMING = "The server writing this reply stopped; another one goes on from where it was."
+
+
+@dataclass(slots=True)
+class _Log:
+    """What a turn's events say about where it was cut."""
+
+    steps: int = 0  # model calls whose reply reached the history (a `context_update` each)
+    started: set[str] = field(default_factory=set)  # tool ids with a card
+    ended: dict[str, ToolEnd] = field(default_factory=dict)
+
+
+def _read(events: list[EventRecord], turn_id: str) -> _Log:
+    seen = _Log()
+    for event in events:
+        if event.turn_id != turn_id or event.type not in ("context_update", "tool_start", "tool_end"):
+            continue
+        frame = server_frames.validate_json(event.frame)
+        if isinstance(frame, ContextUpdate):
+            seen.steps += 1
+        elif isinstance(frame, ToolStart):
+            seen.started.add(frame.tool_id)
+        elif isinstance(frame, ToolEnd):
+            seen.ended[frame.tool_id] = frame
+    return seen
+
+
+def _turn_start(messages: list[dict[str, Any]]) -> int:
+    """Where the turn's messages begin: its user message, the last one that is not only tool
+    results (within a running turn, results are all a user message holds)."""
+    for at in range(len(messages) - 1, -1, -1):
+        message = messages[at]
+        blocks = message["content"] if isinstance(message["content"], list) else [{"type": "text"}]
+        if message["role"] == "user" and any(b.get("type") != "tool_result" for b in blocks):
+            return at
+    return 0
+
+
+def _result(tool_id: str, text: str, is_error: bool) -> dict[str, Any]:
+    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_id, "content": text or "(no output)"}
+    if is_error:
+        block["is_error"] = True
+    return block
+
+
+class Continuer:
+    """Continues cut turns on this instance; built with what a new turn is built with."""
+
+    def __init__(self, settings: Settings, agent: Agent, store: Store, preparer: TurnPreparer):
+        self._settings = settings
+        self._agent = agent
+        self._store = store
+        self._preparer = preparer
+
+    def repeatable(self, name: str) -> bool:
+        return self._agent.registry.repeatable(name) or name in self._settings.repeatable_tools
+
+    async def resume(self, live: LiveConversation, record: TurnRecord) -> RunningTurn | None:
+        """The cut turn, running again here; None when it cannot go on (close it instead)."""
+        if not self._settings.continue_turns or record.spec is None:
+            return None
+        try:
+            spec = TurnSpec.model_validate(record.spec)
+        except ValueError:
+            log.warning("turn %s of %s has a spec this release cannot read; closing it", record.id, live.id)
+            return None
+        events = await self._store.events_after(record.owner, record.conversation_id, record.first_seq - 1)
+        seen = _read(events, record.id)
+        if record.continued_step is not None and record.continued_step >= seen.steps:
+            log.warning("turn %s of %s failed again at step %d; closing it", record.id, live.id, seen.steps)
+            return None
+        pending: dict[str, ApprovalInfo] = {}
+        reply, streamed = fold_reply(record, events, pending=pending)
+        await live.load()
+        if not live.manager.messages:
+            return None
+        prefill = streamed.rstrip()  # the API refuses a prefill that ends in white space
+        try:
+            turn = await self._preparer.resume(live, spec, first_call=seen.steps == 0, thinking=not prefill)
+        except FrameRejected as exc:
+            log.warning("turn %s of %s cannot be built again (%s); closing it", record.id, live.id, exc.message)
+            return None
+        # Checked after the reads, with nothing awaited from here on: a turn runs here now, or
+        # another closer (a takeover and the opening it started) got to it first.
+        if live.knows_turn(record.id) or live.turn is not None:
+            return None
+        running = RunningTurn.adopt(live, record, reply, pending)
+        live.notify(StatusFrame(message_id=record.message_id, state="resuming", detail=RESUMING, elapsed=0.0))
+        live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])
+        rerun = self._mend(live, running, seen, prefill)
+        if rerun is None:  # the model had finished: only the end was missing
+            running.finish("end_turn", Usage())
+            return running
+        running.proceed(self._agent, turn, start=_turn_start(live.manager.messages), rerun=rerun)
+        log.warning("continued turn %s of %s at step %d", record.id, live.id, seen.steps)
+        return running
+
+    def _mend(self, live: LiveConversation, running: RunningTurn, seen: _Log,
+              prefill: str) -> list[dict[str, Any]] | None:
+        """Makes the history ready for the next call: the calls to run again (maybe none), or
+        None when the model's last reply ended the turn."""
+        manager = live.manager
+        last = manager.messages[-1]
+        if last["role"] == "user":
+            if prefill:
+                manager.add_assistant([{"type": "text", "text": prefill}])
+            return []
+        calls = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+        if not calls:
+            return None
+        open_ids = {call.tool_id for call in open_tools(running.reply)}
+        results, rerun = [], []
+        for call in calls:
+            ended = seen.ended.get(call["id"])
+            if ended is not None:  # it finished: its result is what its clients saw
+                output = ended.output if isinstance(ended.output, str) else json.dumps(ended.output)
+                results.append(_result(call["id"], output, ended.is_error))
+            elif call["id"] in running.approvals or self.repeatable(call["name"]):
+                if call["id"] not in open_ids:  # its card never reached the store
+                    running.emit(ToolStart(message_id=running.message_id, tool_id=call["id"], name=call["name"],
+                                           input=call["input"]))
+                rerun.append(call)  # not run yet (waiting for the user), or safe to run again
+            else:
+                if call["id"] not in open_ids:
+                    running.emit(ToolStart(message_id=running.message_id, tool_id=call["id"], name=call["name"],
+                                           input=call["input"]))
+                running.emit(ToolEnd(tool_id=call["id"], name=call["name"], output=INTERRUPTED, duration=0.0,
+                                     is_error=True))
+                results.append(_result(call["id"], INTERRUPTED, True))
+        running.approvals.clear()  # asked again when their calls run again
+        if results:
+            manager.add_tool_results(results)
+        return rerun
+
