@@ -30,11 +30,13 @@ async def test_plan_cards_and_session_plan_after_restart(make_server, tmp_path, 
     fake_anthropic.enqueue(Reply([Text("Planning."), ToolUse("update_plan", FIRST, id="toolu_p1")]),
                            Reply([ToolUse("update_plan", too_long, id="toolu_bad")]),
                            Reply([ToolUse("update_plan", SECOND, id="toolu_p2")]), Reply("All but polish done."))
+    before = len(fake_anthropic.main_bodies)
     await send(ws, type="message", content="Write an essay in three steps")
     frames = await until(ws, "done", timeout=30)
-    offered = [t["name"] for t in fake_anthropic.requests[0].body["tools"]]
+    bodies = fake_anthropic.main_bodies[before:]
+    offered = [t["name"] for t in bodies[0]["tools"]]
     assert "update_plan" in offered
-    system = str(fake_anthropic.requests[0].body["system"])
+    system = str(bodies[0]["system"])
     assert "three or more steps" in system and "update_plan" in system
 
     starts = [f for f in frames if f["type"] == "tool_start"]
@@ -43,10 +45,10 @@ async def test_plan_cards_and_session_plan_after_restart(make_server, tmp_path, 
     assert starts[0]["name"] == "update_plan" and starts[0]["input"] == FIRST
     assert not ends["toolu_p1"]["isError"] and ends["toolu_p1"]["output"] == FIRST
     assert ends["toolu_bad"]["isError"]  # 21 steps: refused, the model is told why
-    bad_result = [b for m in fake_anthropic.requests[2].body["messages"] if isinstance(m["content"], list)
+    bad_result = [b for m in bodies[2]["messages"] if isinstance(m["content"], list)
                   for b in m["content"] if b.get("type") == "tool_result" and b["tool_use_id"] == "toolu_bad"][0]
     assert bad_result.get("is_error") and "20" in str(bad_result["content"])
-    good_result = [b for m in fake_anthropic.requests[1].body["messages"] if isinstance(m["content"], list)
+    good_result = [b for m in bodies[1]["messages"] if isinstance(m["content"], list)
                    for b in m["content"] if b.get("type") == "tool_result" and b["tool_use_id"] == "toolu_p1"][0]
     assert "[>] Outline" in str(good_result["content"])
 
