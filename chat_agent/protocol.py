@@ -389,15 +389,15 @@ class ReviewRequest(ServerFrame):
 
 class ReviewDecided(ServerFrame):
     """Ours (PROTOCOL.md leaves it open): a `review_request` got its answer, from any socket,
-    or was accepted for the user (timed out, aborted): every client stops asking. `reason`
-    says why it was accepted without the user, when it was."""
+    or was accepted for the user (timed out, aborted, or its turn was ended by a server
+    failure): every client stops asking. `reason` says why it was accepted without the user."""
 
     type: Literal["review_decision"] = "review_decision"
     message_id: str
     review_id: str
     decision: ReviewDecision
     message: str | None = Field(default=None, exclude_if=_omit_none)
-    reason: Literal["timed_out", "aborted"] | None = Field(default=None, exclude_if=_omit_none)
+    reason: Literal["timed_out", "aborted", "interrupted"] | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ArtifactChunk(ServerFrame):

@@ -272,3 +272,30 @@ async def test_a_question_survives_a_reconnect_to_another_instance(instances, fa
     assert after["pendingReviews"] == [] and after["artifact"]["currentIndex"] == 2
     assert [p.get("decision") for p in after["messages"][-1]["parts"] if p["type"] == "review"] == ["revise", None]
     await ws_b.close()
+
+
+async def test_a_question_open_when_its_server_dies_is_accepted_once(make_server, tmp_path, fake_anthropic):
+    import signal
+
+    data = tmp_path / "data"
+    lease = {"CHAT_AGENT_LEASE_SECONDS": "3"}
+    server = make_server(data, **lease)
+    ws, session = await connect(server)
+    cid = session["conversationId"]
+    fake_anthropic.verdicts(Verdict(False, 0.3, "No conclusion."))
+    fake_anthropic.enqueue(Reply([GENERATE]), Reply("Drafted."))
+    await send(ws, type="message", content=ASK, settings=review_settings("ask"))
+    request = (await until(ws, "review_request", timeout=30))[-1]
+    server.stop(signal.SIGKILL)
+    server = make_server(data, **lease)  # the turn goes on here: it only had to end
+    ws, _ = await connect(server, cid)
+    await send(ws, type="resume", afterSeq=request["seq"])
+    frames = await until(ws, "done", timeout=40)
+    decided = of(frames, "review_decision")
+    assert [(d["reviewId"], d["decision"], d["reason"]) for d in decided] == \
+        [(request["reviewId"], "accept", "interrupted")]
+    assert len(of(frames, "done")) == 1 and frames[-1]["stopReason"] == "end_turn"
+    _, after = await connect(server, cid)
+    assert after["pendingReviews"] == [] and after["running"] is False
+    assert [p.get("decision") for p in after["messages"][-1]["parts"] if p["type"] == "review"] == ["accept"]
+    await ws.close()

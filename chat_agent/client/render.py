@@ -186,7 +186,8 @@ class TurnRenderer:
             case ReviewRequest():
                 return self._line(self.style.bold("⏸ the review waits for your decision: revise or accept"))
             case ReviewDecided(decision=decision, reason=reason):
-                why = {"timed_out": " (no answer in time)", "aborted": " (the turn stopped)"}.get(reason or "", "")
+                why = {"timed_out": " (no answer in time)", "aborted": " (the turn stopped)",
+                       "interrupted": " (the server stopped)"}.get(reason or "", "")
                 return self._line(self.style.dim(f"review: {decision}{why}"))
             case ToolProgress(tool_id=tool_id, elapsed=elapsed, status=status):
                 name = self._open_tools.get(tool_id, "")

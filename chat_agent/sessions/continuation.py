@@ -24,7 +24,7 @@ from typing import Any
 
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
-from chat_agent.protocol import ApprovalInfo, ContextUpdate, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
+from chat_agent.protocol import ApprovalInfo, ContextUpdate, ReviewInfo, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.live import LiveConversation
@@ -108,7 +108,8 @@ class Continuer:
             log.warning("turn %s of %s failed again at step %d; closing it", record.id, live.id, seen.steps)
             return None
         pending: dict[str, ApprovalInfo] = {}
-        reply, streamed = fold_reply(record, events, pending=pending)
+        reviews: dict[str, ReviewInfo] = {}  # a question the cut turn asked: accepted when it ends (`finish`)
+        reply, streamed = fold_reply(record, events, pending=pending, reviews=reviews)
         await live.load()
         if not live.manager.messages:
             return None
@@ -122,7 +123,7 @@ class Continuer:
         # another closer (a takeover and the opening it started) got to it first.
         if live.knows_turn(record.id) or live.turn is not None:
             return None
-        running = RunningTurn.adopt(live, record, reply, pending)
+        running = RunningTurn.adopt(live, record, reply, pending, reviews)
         live.notify(StatusFrame(message_id=record.message_id, state="resuming", detail=RESUMING, elapsed=0.0))
         live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])
         rerun = self._mend(live, running, seen, prefill)

@@ -277,7 +277,7 @@ class RunningTurn:
                               duration=round(now - started, 3), is_error=True))
         for info in list(self.reviews.values()):  # PROTOCOL 1.2: `abort` accepts (so does any other stop)
             self.emit(ReviewDecided(message_id=info.message_id, review_id=info.review_id, decision="accept",
-                                    reason="aborted"))
+                                    reason="aborted" if stop == "aborted" else "interrupted"))
         reply = self.reply
         reply.status = status or reply_status(stop)  # type: ignore[assignment]
         conversation.manager.replace_visible(reply)

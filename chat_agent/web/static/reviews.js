@@ -4,7 +4,8 @@
 // approvals are, so that it can be read and checked on its own.
 import { escapeHtml } from "./markdown.js";
 
-const REASONS = { timed_out: "accepted: no answer in time", aborted: "accepted: the turn was stopped" };
+const REASONS = { timed_out: "accepted: no answer in time", aborted: "accepted: the turn was stopped",
+  interrupted: "accepted: the server stopped during this reply" };
 
 /** The card of one review, for a reply's node. */
 export function reviewCard(review) {
