@@ -126,6 +126,12 @@ async def test_no_review_without_a_change_and_a_spent_budget(make_server, fake_a
     frames = await until(ws, "done", timeout=30)
     assert [(r["passed"], r["revision"]) for r in of(frames, "review")] == [(False, 0)]
     assert frames[-1]["stopReason"] == "end_turn" and not of(frames, "review_request")
+    # Out of range: refused before anything is stored.
+    await send(ws, type="message", content="x", settings={"review": {"maxRevisions": 4}})
+    refused = await recv(ws)
+    assert refused["type"] == "error" and refused["code"] == "invalid_frame" and "seq" not in refused
+    await send(ws, type="message", content="x", settings={"review": {"decision": "later"}})
+    assert (await recv(ws))["code"] == "invalid_frame"
     # A message can turn it off.
     fake_anthropic.enqueue(Reply([REWRITE]), Reply("Rewrote."))
     await send(ws, type="message", content="again", settings={"review": {"enabled": False}})
