@@ -305,3 +305,17 @@ async def test_a_question_open_when_its_server_dies_is_accepted_once(make_server
     assert after["pendingReviews"] == [] and after["running"] is False
     assert [p.get("decision") for p in after["messages"][-1]["parts"] if p["type"] == "review"] == ["accept"]
     await ws.close()
+
+
+async def test_an_invalid_verdict_leaves_the_result_unreviewed(make_server, fake_anthropic):
+    server = make_server()
+    ws, _ = await connect(server)
+    # A score out of range: not a verdict. The result stands, the turn ends well, its usage counted.
+    fake_anthropic.verdicts(Verdict(False, 7, "Way off.", usage={"output_tokens": 4321}))
+    fake_anthropic.enqueue(Reply([GENERATE]), Reply("Drafted."))
+    await send(ws, type="message", content=ASK, settings=review_settings())
+    frames = await until(ws, "done", timeout=30)
+    assert not of(frames, "review") and frames[-1]["stopReason"] == "end_turn"
+    assert frames[-1]["usage"]["outputTokens"] >= 4321
+    assert "no review of this turn: the reviewer's verdict was not valid" in server.log()
+    await ws.close()

@@ -24,7 +24,7 @@ from chat_agent.agent.events import (ArtifactChanged, ContextChanged, Event, Mod
 from chat_agent.agent.loop import Agent, Turn, run_turn
 from chat_agent.agent.review import ReviewFailed, Subject, review
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.files.images import ImageError, image_block, prepare_image
+from chat_agent.files.images import image_block, prepare_image
 from chat_agent.ids import new_id
 from chat_agent.protocol import ArtifactTarget, ImageTarget, Usage
 
@@ -86,6 +86,8 @@ async def run_reviewed(agent: Agent, conv: ConversationManager, turn: Turn, *, s
             verdict, used = call.result()
         except ReviewFailed as exc:
             log.warning("%s: no review of this turn: %s", turn.conversation_id, exc)
+            if exc.usage is not None:
+                total.add(exc.usage)
             yield dataclasses.replace(finished, usage=total)
             return
         total.add(used)
@@ -142,7 +144,7 @@ async def _subject(turn: Turn, request: str, before: Any, images: list[str]
         try:
             stored, data = await services.files.read(file_id)
             shown = await asyncio.to_thread(prepare_image, data)
-        except (ImageError, Exception) as exc:  # noqa: BLE001 - any read failure means no review, not a failed turn
+        except Exception as exc:  # noqa: BLE001 - an unreadable image means no review, not a failed turn
             raise ReviewFailed(f"could not read image {file_id}: {exc}") from None
         return ImageTarget(file_id=file_id), Subject(request, memories, image=image_block(shown),
                                                      image_label=stored.label)

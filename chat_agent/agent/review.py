@@ -58,7 +58,12 @@ TOOL = {"name": TOOL_NAME, "description": "Give your verdict on the result.",
 
 
 class ReviewFailed(Exception):
-    """The reviewer could not give a verdict (the call failed, or its answer was not one)."""
+    """The reviewer could not give a verdict (the call failed, or its answer was not one);
+    `usage`: what a call that answered used all the same (the turn counts it)."""
+
+    def __init__(self, message: str, usage: Usage | None = None):
+        super().__init__(message)
+        self.usage = usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,8 +92,9 @@ async def review(model: ModelClient, model_name: str, subject: Subject) -> tuple
             try:
                 return Verdict.model_validate(block.get("input") or {}), reply.usage
             except ValidationError as exc:
-                raise ReviewFailed(f"the reviewer's verdict was not valid: {exc.errors()[0]['msg']}") from None
-    raise ReviewFailed("the reviewer gave no verdict")
+                raise ReviewFailed(f"the reviewer's verdict was not valid: {exc.errors()[0]['msg']}",
+                                   reply.usage) from None
+    raise ReviewFailed("the reviewer gave no verdict", reply.usage)
 
 
 def _content(subject: Subject) -> list[dict[str, Any]]:
