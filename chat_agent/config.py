@@ -16,7 +16,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 from pydantic import AfterValidator, BeforeValidator, Field, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -175,6 +175,15 @@ def _jwt_algorithms(chosen: tuple[str, ...]) -> tuple[str, ...]:
     return chosen or JWT_ALGORITHMS
 
 
+def _review_mode(value: Any) -> Any:
+    """`CHAT_AGENT_REVIEW`: a flag's words turn it on (`auto`) or off as well."""
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on"):
+        return "auto"
+    if isinstance(value, str) and value.strip().lower() in ("", "0", "false", "no"):
+        return "off"
+    return value.strip().lower() if isinstance(value, str) else value
+
+
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Names = Annotated[tuple[str, ...], BeforeValidator(_comma_list)]
 Model = Annotated[str, AfterValidator(_checked_model)]
@@ -265,6 +274,13 @@ class Settings(BaseSettings):
         frozenset(), "comma-separated tool names (`*`: all) that wait for the user's `approve` before they run",
         shown="none")
     approval_timeout: Seconds = setting(600.0, "seconds an approval request waits before it is declined as timed out")
+    review: Annotated[Literal["off", "auto", "ask"], BeforeValidator(_review_mode)] = setting(
+        "off", "`auto` or `ask`: after a turn that changed the artifact or made an image, a reviewer model judges "
+        "the result and a failed review is revised (`auto`) or the user is asked (`ask`); a message's "
+        "`settings.review` overrides it. Each review is one more model call, counted in `done.usage`", shown="off")
+    review_max_revisions: Annotated[int, Field(ge=0, le=3)] = setting(
+        1, "revisions after failed reviews in one turn, by default (a message's `settings.review.maxRevisions`: 0-3)")
+    review_model: Model | None = setting(None, "the reviewer's model (named as above)", shown="the small model")
     repeatable_tools: Annotated[frozenset[str], BeforeValidator(_comma_list)] = setting(
         frozenset(), "comma-separated tool names (MCP or your own) safe to run again when a turn continues after a "
         "failure, beside those that declare it themselves (see [Tools and MCP](tools.md))", shown="none")

@@ -18,7 +18,7 @@ from chat_agent import edits
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
 FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                             "continuation")
+                             "continuation", "plan", "review")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -52,6 +52,43 @@ class ApprovalInfo(Model):
     tool_id: str
     name: str
     input: dict[str, Any]
+
+
+PlanStatus = Literal["pending", "in_progress", "done", "skipped"]
+
+
+class PlanStep(Model):
+    """One step of the model's checklist (1.2 "Plans"), as its `update_plan` call gave it."""
+
+    title: str
+    status: PlanStatus
+
+
+ReviewDecision = Literal["revise", "accept"]
+
+
+class ArtifactTarget(Model):
+    """What a review judged: a version of the artifact (1.2 "Review")."""
+
+    kind: Literal["artifact"] = "artifact"
+    index: int
+
+
+class ImageTarget(Model):
+    """What a review judged: an image the turn made."""
+
+    kind: Literal["image"] = "image"
+    file_id: str
+
+
+ReviewTarget = Annotated[Union[ArtifactTarget, ImageTarget], Field(discriminator="kind")]
+
+
+class ReviewInfo(Model):
+    """A failed review waiting for the user's `review_decision` (`session.pendingReviews`)."""
+
+    message_id: str
+    review_id: str
 
 
 class ContextInfo(Model):
@@ -143,7 +180,22 @@ class AttachmentPart(Model):
         return {"type": self.kind, **self.model_dump(mode="json", exclude={"type", "kind"})}
 
 
-Part = Annotated[Union[TextPart, ThinkingPart, ToolPart, AttachmentPart], Field(discriminator="type")]
+class ReviewPart(Model):
+    """A review of what the reply made (1.2 "Review"), where it happened in the reply; with
+    the user's answer once a review that asked for one got it (or was accepted for them)."""
+
+    type: Literal["review"] = "review"
+    review_id: str
+    target: ReviewTarget
+    passed: bool
+    score: float
+    feedback: str
+    suggestions: list[str] = Field(default_factory=list)
+    revision: int = 0
+    decision: ReviewDecision | None = Field(default=None, exclude_if=_omit_none)
+
+
+Part = Annotated[Union[TextPart, ThinkingPart, ToolPart, AttachmentPart, ReviewPart], Field(discriminator="type")]
 PART_SEPARATOR = "\n\n"  # `content` (and `thinking`) join their parts with a blank line
 
 
@@ -259,6 +311,8 @@ class SessionFrame(ServerFrame):
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
     pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
+    plan: list[PlanStep] | None = None  # 1.2 "Plans": the running or last turn's latest steps
+    pending_reviews: list[ReviewInfo] = Field(default_factory=list)  # 1.2 "Review": asked and not answered yet
     # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
     # as that the replies come from the offline demo model. Sent only when there is one.
     notice: str | None = Field(default=None, exclude_if=_omit_none)
@@ -308,6 +362,42 @@ class ApprovalRequest(ServerFrame):
     tool_id: str
     name: str
     input: dict[str, Any]
+
+
+class ReviewFrame(ServerFrame):
+    """PROTOCOL 1.2 "Review": the reviewer's verdict on what the turn made. `revision` counts
+    the revisions before it (0: the first result)."""
+
+    type: Literal["review"] = "review"
+    message_id: str
+    review_id: str
+    target: ReviewTarget
+    passed: bool
+    score: float = Field(ge=0, le=1)
+    feedback: str
+    suggestions: list[str] = Field(default_factory=list)
+    revision: int = 0
+
+
+class ReviewRequest(ServerFrame):
+    """A failed review that waits for the user's `review_decision`; comes after its `review`."""
+
+    type: Literal["review_request"] = "review_request"
+    message_id: str
+    review_id: str
+
+
+class ReviewDecided(ServerFrame):
+    """Ours (PROTOCOL.md leaves it open): a `review_request` got its answer, from any socket,
+    or was accepted for the user (timed out, aborted, or its turn was ended by a server
+    failure): every client stops asking. `reason` says why it was accepted without the user."""
+
+    type: Literal["review_decision"] = "review_decision"
+    message_id: str
+    review_id: str
+    decision: ReviewDecision
+    message: str | None = Field(default=None, exclude_if=_omit_none)
+    reason: Literal["timed_out", "aborted", "interrupted"] | None = Field(default=None, exclude_if=_omit_none)
 
 
 class ArtifactChunk(ServerFrame):
@@ -421,7 +511,7 @@ class Pong(ServerFrame):
 
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
-          ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
+          ReviewFrame, ReviewRequest, ReviewDecided, ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
           StatusFrame, Pong],
     Field(discriminator="type"),
 ]
@@ -459,6 +549,12 @@ class DocumentAttachment(ClientModel):
 Attachment = Annotated[Union[ImageAttachment, DocumentAttachment], Field(discriminator="type")]
 
 
+class ReviewSettings(ClientModel):
+    enabled: StrictBool = True
+    max_revisions: Annotated[StrictInt, Field(ge=0, le=3)] = 1
+    decision: Literal["auto", "ask"] = "auto"
+
+
 class MessageSettings(ClientModel):
     enable_deep_research: StrictBool = False
     web_search: StrictBool = True
@@ -466,6 +562,8 @@ class MessageSettings(ClientModel):
     thinking: StrictBool = False
     # Tools that wait for the user's approval in this turn, besides the server's own list.
     require_approval: list[StrictStr] = Field(default_factory=list, max_length=256)
+    # 1.2 "Review": whether a reviewer judges what the turn made; None: the server's default.
+    review: ReviewSettings | None = None
 
 
 class Highlight(ClientModel):
@@ -523,6 +621,13 @@ class ApproveIn(ClientModel):
     message: StrictStr | None = Field(default=None, max_length=10_000)
 
 
+class ReviewDecisionIn(ClientModel):
+    type: Literal["review_decision"]
+    review_id: StrictStr
+    decision: ReviewDecision
+    message: StrictStr | None = Field(default=None, max_length=10_000)
+
+
 class ResumeIn(ClientModel):
     type: Literal["resume"]
     after_seq: Count
@@ -533,10 +638,10 @@ class PingIn(ClientModel):
 
 
 AnyClientFrame = Annotated[
-    Union[MessageIn, AbortIn, ApproveIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
+    Union[MessageIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
     Field(discriminator="type"),
 ]
-CLIENT_TYPES = frozenset({"message", "abort", "approve", "clear_context", "select_artifact_version",
+CLIENT_TYPES = frozenset({"message", "abort", "approve", "review_decision", "clear_context", "select_artifact_version",
                           "edit_artifact", "resume", "ping"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)

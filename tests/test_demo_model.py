@@ -59,3 +59,11 @@ async def test_forced_tools_and_streaming():
     assert any(isinstance(i, TextDelta) for i in items) and items[-1].stop_reason == "end_turn"
     assert "demo" in (await model.complete(ModelRequest(model="demo", max_tokens=50, messages=[
         {"role": "user", "content": "summarize this"}]))).lower()
+
+
+async def test_the_demo_reviewer_gives_a_valid_verdict():
+    from chat_agent.agent.review import Subject, review
+
+    verdict, used = await review(DemoModel(pace=0), "demo", Subject("write a poem", None,
+                                                                     after=_version("The sea, the sea.")))
+    assert verdict.passed and 0 <= verdict.score <= 1 and "Demo" in verdict.feedback and used.output_tokens > 0

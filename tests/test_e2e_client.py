@@ -138,3 +138,17 @@ def test_scripted_approval_answers_as_the_flag_says(server, fake_anthropic):
             sent = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
                     for b in m["content"] if b.get("type") == "tool_result"][-1]
             assert sent["is_error"] and ("--approve" in str(sent["content"]))
+
+
+def test_review_verdicts_print_and_a_scripted_question_is_accepted(server, fake_anthropic):
+    """`--review ask`: the verdict is a line, and with no terminal to ask on the client accepts."""
+    from tests.fakes.anthropic_fake import Verdict
+
+    fake_anthropic.verdicts(Verdict(False, 0.3, "No conclusion.", ["Add one"]))
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"title": "T", "type": "text", "content": "x"})]),
+                           Reply("Drafted."))
+    result = run_client(server, "--message", "write it", "--review", "ask", stdin="")
+    fake_anthropic.drop_queue()
+    assert result.returncode == 0, result.stderr
+    assert "✗ review failed 30% (version 1): No conclusion." in result.stderr and "- Add one" in result.stderr
+    assert "review: accept" in result.stderr

@@ -260,3 +260,23 @@ async def test_summary_on_the_small_model_and_a_provider_without_its_key(tmp_pat
         await ws.close()
     finally:
         server.close()
+
+
+async def test_review_on_an_openai_compatible_reviewer(server, fake_openai):
+    # PROTOCOL 1.2 "Review" with the small model on the OpenAI-compatible API: a verdict
+    # scripted to fail once, then pass.
+    from tests.fakes.openai_fake import is_review, verdict
+
+    ws, _ = await connect(server)
+    fake_openai.verdicts(verdict(False, 0.3, "No title line.", ["Start with a heading"]), verdict(True, 0.85))
+    fake_openai.enqueue(Reply(calls=[Call("generate_artifact", {"title": "Note", "type": "text", "content": "tides"})]),
+                        Reply("Drafted."), Reply(calls=[Call("rewrite_artifact", {"content": "# Tides\n\ntides"})]),
+                        Reply("Added a heading."), when=is_main)
+    frames = await turn(ws, "Write a note on tides", settings={"review": {"maxRevisions": 1}})
+    reviews = [f for f in frames if f["type"] == "review"]
+    assert [(r["passed"], r["score"], r["revision"]) for r in reviews] == [(False, 0.3, 0), (True, 0.85, 1)]
+    assert reviews[0]["suggestions"] == ["Start with a heading"] and frames[-1]["stopReason"] == "end_turn"
+    asked = [b for b in fake_openai.requests if is_review(b)][-2:]
+    assert all(b["model"] == SMALL and b["tool_choice"]["function"]["name"] == "submit_review" for b in asked)
+    assert "No title line." in json.dumps(main_bodies(fake_openai)[-2]["messages"])
+    await ws.close()

@@ -84,6 +84,67 @@ async def test_generate_then_edit_with_a_mask(tools_server, fake_anthropic, fake
     await ws.close()
 
 
+def inside(polygon: list[tuple[float, float]], x: float, y: float) -> bool:
+    """Even-odd rule, written out here so the test does not trust the code it checks."""
+    hit = False
+    for (x1, y1), (x2, y2) in zip(polygon, polygon[1:] + polygon[:1]):
+        if (y1 > y) != (y2 > y) and x < x1 + (y - y1) * (x2 - x1) / (y2 - y1):
+            hit = not hit
+    return hit
+
+
+def near_edge(polygon: list[tuple[float, float]], x: float, y: float, margin: float = 1.5) -> bool:
+    for (x1, y1), (x2, y2) in zip(polygon, polygon[1:] + polygon[:1]):
+        dx, dy = x2 - x1, y2 - y1
+        t = max(0.0, min(1.0, ((x - x1) * dx + (y - y1) * dy) / (dx * dx + dy * dy)))
+        if (x - x1 - t * dx) ** 2 + (y - y1 - t * dy) ** 2 <= margin * margin:
+            return True
+    return False
+
+
+async def test_edit_with_a_polygon_mask_changes_only_its_inside(tools_server, fake_anthropic, fake_images):
+    ws, _ = await connect(tools_server)
+    fake_anthropic.enqueue(Reply([ToolUse("generate_image", {"prompt": "a wide meadow", "size": "1024x1024"})]),
+                           Reply("A meadow."))
+    made = tool_ends(await turn(ws, "Paint a meadow"))[0]["output"]
+    original = fetch_image(tools_server, made["url"]).convert("RGB")
+    polygon = [(100.0, 80.0), (700.0, 150.0), (520.0, 900.0), (180.5, 610.25)]  # a skewed quadrilateral
+    edit = {"image_id": made["imageId"], "instructions": "a pond",
+            "mask_polygon": [{"x": x, "y": y} for x, y in polygon]}
+    fake_anthropic.enqueue(Reply([ToolUse("edit_image", edit)]), Reply("Added a pond."))
+    frames = await turn(ws, "Add a pond there")
+    end = tool_ends(frames)[0]
+    assert not end["isError"], end
+    sent = fake_images.requests[-1]
+    mask = Image.open(io.BytesIO(sent.files["mask"][0].data))
+    assert mask.format == "PNG" and mask.mode == "RGBA" and mask.size == (1024, 1024)
+    alpha = mask.getchannel("A")
+    assert alpha.getextrema() == (0, 255) and alpha.histogram()[1:255] == [0] * 254  # nothing half-editable
+    edited = fetch_image(tools_server, end["output"]["url"]).convert("RGB")
+    checked = {True: 0, False: 0}
+    for py in range(0, 1024, 7):
+        for px in range(0, 1024, 7):
+            cx, cy = px + 0.5, py + 0.5  # the pixel's centre
+            if near_edge(polygon, cx, cy):
+                continue
+            within = inside(polygon, cx, cy)
+            checked[within] += 1
+            assert (alpha.getpixel((px, py)) == 0) == within, (px, py)  # editable only inside
+            if not within:
+                assert edited.getpixel((px, py)) == original.getpixel((px, py)), (px, py)  # outside: unchanged
+    assert checked[True] > 1000 and checked[False] > 1000
+    assert "4-point polygon" in str(fake_anthropic.last_main.body["messages"])
+
+    # A point outside the image is refused to the model with the reason; nothing is sent.
+    requests = len(fake_images.requests)
+    bad = {**edit, "mask_polygon": [{"x": 0, "y": 0}, {"x": 2000, "y": 10}, {"x": 10, "y": 500}]}
+    fake_anthropic.enqueue(Reply([ToolUse("edit_image", bad)]), Reply("That was off the image."))
+    end = tool_ends(await turn(ws, "Again, bigger"))[0]
+    assert end["isError"] and "outside the 1024×1024 image" in str(end["output"])
+    assert len(fake_images.requests) == requests
+    await ws.close()
+
+
 async def test_image_api_failure_is_a_tool_error(tools_server, fake_anthropic, fake_images):
     ws, _ = await connect(tools_server)
     fake_images.fail_next(429)

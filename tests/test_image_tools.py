@@ -302,7 +302,7 @@ async def test_mask_id_and_mask_region_together_are_refused(images_api: FakeImag
     result = await call(registry_for(images_api), files, "edit_image", {
         "image_id": source.id, "instructions": "x", "mask_id": source.id,
         "mask_region": {"x": 0, "y": 0, "width": 1, "height": 1}})
-    assert result.is_error and result.content == "ImageToolError: Give mask_id or mask_region, not both."
+    assert result.is_error and result.content == "ImageToolError: Give one of mask_id, mask_region or mask_polygon, not several."
 
 
 async def test_a_bad_mask_region_is_refused_before_the_api(images_api: FakeImages, files: Any) -> None:

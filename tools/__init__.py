@@ -8,7 +8,7 @@ from langchain_core.tools import BaseTool
 
 from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable, add_configured_tools, attach_mcp_servers
 
-from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, web_search
+from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, update_plan, web_search
 
 Builder = Callable[[Settings], BaseTool]
 
@@ -20,6 +20,7 @@ BUILDERS: tuple[tuple[str, Builder], ...] = (
     ("update_artifact", artifacts.build_update),
     ("web_search", web_search.build),
     ("reflect", reflect.build),
+    ("update_plan", update_plan.build),
     ("deep_research", deep_research.build),
     ("analyze_document", analyze_document.build),
     ("generate_image", images.build_generate),

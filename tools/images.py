@@ -6,8 +6,9 @@ it next. Nothing is stored that Pillow has not decoded as an image.
 
 Masks follow OpenAI's definition: a PNG with an alpha channel, the image's size, whose
 fully transparent pixels mark the area to change. `edit_image` builds one from a
-rectangle (`mask_region`, fractions of the image) or takes an image of the conversation
-(`mask_id`), scaled to the image when the proportions match and refused otherwise.
+rectangle (`mask_region`, fractions of the image) or a polygon (`mask_polygon`, its vertices
+in the image's pixels), or takes an image of the conversation (`mask_id`), scaled to the
+image when the proportions match and refused otherwise.
 
 An edit keeps the picture's proportions: the API answers at one of its own sizes, so the
 result is scaled back to the source's size (or, for a source larger than what the API
@@ -26,7 +27,7 @@ from langchain_core.tools import BaseTool, InjectedToolArg, tool
 from pydantic import BaseModel, ConfigDict, Field
 
 from .imaging.api import ImageApi, ImageInput
-from .imaging.edit import ImageToolError, check_result, fit_mask, region_mask, scaled_like, sendable
+from .imaging.edit import ImageToolError, check_result, fit_mask, polygon_mask, region_mask, scaled_like, sendable
 from chat_agent.tooling import (EXTENSIONS, ConversationFiles, FileError, Settings, StoredFile, ToolContext, ToolUnavailable,
                                 image_block)
 
@@ -47,7 +48,10 @@ EDIT = """Edit an image of the conversation (attached, generated or made by code
 Returns a new image of the same proportions; the original stays as it was.
 Without a mask the whole image may change. To change only part of it, give mask_region: the rectangle to
 change, as fractions of the image's width and height (x, y of its top-left corner, width, height, all 0-1),
+or mask_polygon: the outline of the area to change, as points in the image's pixels (x from the left, y from
+the top; the image's width and height are given with its id), for shapes a rectangle does not fit,
 or mask_id: an image of the conversation whose fully transparent pixels mark the area to change."""
+MAX_POLYGON_POINTS = 1000
 
 
 class MaskRegion(BaseModel):
@@ -61,6 +65,14 @@ class MaskRegion(BaseModel):
 
     def box(self) -> tuple[float, float, float, float]:
         return self.x, self.y, self.width, self.height
+
+
+class Point(BaseModel):
+    """A vertex of a mask polygon, in the image's pixels."""
+
+    model_config = ConfigDict(extra="forbid")
+    x: float = Field(ge=0, description="Pixels from the image's left side.")
+    y: float = Field(ge=0, description="Pixels from the image's top.")
 
 
 def _api(settings: Settings) -> ImageApi:
@@ -116,9 +128,13 @@ def build_edit(settings: Settings) -> BaseTool:
             description="Id of a mask image: its fully transparent pixels mark the area to change.")] = None,
         mask_region: Annotated[MaskRegion | None, Field(
             description="The rectangle to change, in fractions of the image; the rest stays.")] = None,
+        mask_polygon: Annotated[list[Point] | None, Field(
+            min_length=3, max_length=MAX_POLYGON_POINTS,
+            description="The outline of the area to change, 3 or more points in the image's pixels; "
+                        "the rest stays.")] = None,
     ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        if mask_id and mask_region:
-            raise ImageToolError("Give mask_id or mask_region, not both.")
+        if sum(m is not None and m != "" for m in (mask_id, mask_region, mask_polygon)) > 1:
+            raise ImageToolError("Give one of mask_id, mask_region or mask_polygon, not several.")
         files = ctx.files
         ctx.progress("Reading the image…")
         source, (width, height) = await _read_image(files, image_id)
@@ -128,6 +144,8 @@ def build_edit(settings: Settings) -> BaseTool:
             mask = await asyncio.to_thread(fit_mask, mask_data, mask_id, width, height)
         elif mask_region is not None:
             mask = await asyncio.to_thread(region_mask, mask_region.box(), width, height)
+        elif mask_polygon is not None:
+            mask = await asyncio.to_thread(polygon_mask, [(p.x, p.y) for p in mask_polygon], width, height)
         ctx.progress("Editing image…")
         data = await api.edit(instructions, [source], size="auto", mask=mask)
         data = await asyncio.to_thread(scaled_like, data, width, height)
@@ -136,6 +154,8 @@ def build_edit(settings: Settings) -> BaseTool:
         if mask_region is not None:
             r = mask_region
             said += f"; only the region x={r.x:g}, y={r.y:g}, width={r.width:g}, height={r.height:g} was to change"
+        elif mask_polygon is not None:
+            said += f"; only the inside of the {len(mask_polygon)}-point polygon was to change"
         elif mask_id:
             said += f"; only the area left transparent by mask {mask_id} was to change"
         return made.answer(said, sourceImageId=image_id)

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from chat_agent.model.types import TextDelta, ThinkingDelta
-from chat_agent.protocol import ArtifactEdit, ArtifactFrame, StopReason, Usage
+from chat_agent.protocol import (ArtifactEdit, ArtifactFrame, ArtifactTarget, ImageTarget, ReviewDecision, StopReason,
+                                 Usage)
 
 
 @dataclass(slots=True)
@@ -40,6 +41,36 @@ class ApprovalRequested:
     tool_id: str
     name: str
     input: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Reviewed:
+    """The reviewer's verdict on what the turn made (1.2 "Review")."""
+
+    review_id: str
+    target: ArtifactTarget | ImageTarget
+    passed: bool
+    score: float
+    feedback: str
+    suggestions: list[str]
+    revision: int  # revisions before this result
+
+
+@dataclass(slots=True)
+class ReviewAsked:
+    """A failed review waits for the user's decision."""
+
+    review_id: str
+
+
+@dataclass(slots=True)
+class ReviewAnswered:
+    """A review the user was asked about got its decision (or was accepted without them)."""
+
+    review_id: str
+    decision: ReviewDecision
+    message: str | None = None
+    reason: Literal["timed_out", "aborted"] | None = None
 
 
 @dataclass(slots=True)
@@ -101,4 +132,5 @@ class TurnFinished:
 
 
 Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ArtifactChanged, ToolStarted, ApprovalRequested, ToolProgressed,
-              ToolEnded, ContextChanged, ModelWaiting, ModelRetrying, TurnFailed, TurnFinished]
+              ToolEnded, ContextChanged, ModelWaiting, ModelRetrying, TurnFailed, TurnFinished, Reviewed, ReviewAsked,
+              ReviewAnswered]

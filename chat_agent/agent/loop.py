@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator, Callable
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.review import ReviewPolicy
 from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event, ToolEnded,
                                      ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
@@ -78,6 +79,7 @@ class Turn:
     window: int | None = None  # history messages before this turn the model sees (None: all)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
     approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
+    review: ReviewPolicy | None = None  # how what the turn makes is reviewed (`critic`); None: it is not
 
 
 @dataclass(slots=True)

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from chat_agent.protocol import AnyServerFrame, ApprovalRequest, ContextCleared, ContextUpdate, Done, ErrorFrame
+from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ContextCleared, ContextUpdate, Done, ErrorFrame,
+                                 ReviewRequest)
 
 from .connection import DEFAULT_URL, ChatClient
 from .console import LineReader, Output, SigintRouter
@@ -62,6 +63,11 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--research", action="store_true", help="offer deep research to the model")
     parser.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                         help="ask before this tool runs ('*': every tool), besides the server's own list (repeatable)")
+    parser.add_argument("--review", choices=("auto", "ask", "off"),
+                        help="have a reviewer model judge what the turn makes: revise a failed result at once "
+                             "(auto), ask first (ask), or not (off); default: the server's")
+    parser.add_argument("--max-revisions", type=int, choices=range(4), default=1, metavar="N",
+                        help="revisions after failed reviews, 0-3 (default 1)")
     parser.add_argument("--approve", choices=("ask", "yes", "no"), default="ask",
                         help="answer tool approval requests: ask on the terminal (default; declined when there is "
                              "no terminal), or approve / decline every one without asking (for scripts)")
@@ -76,6 +82,10 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         settings["model"] = args.model
     if args.require_approval:
         settings["requireApproval"] = args.require_approval
+    if args.review == "off":
+        settings["review"] = {"enabled": False}
+    elif args.review:
+        settings["review"] = {"enabled": True, "maxRevisions": args.max_revisions, "decision": args.review}
     return settings
 
 
@@ -179,6 +189,8 @@ async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: 
         ui.show(frame)
         if isinstance(frame, ApprovalRequest):
             await answer_approval(client, frame, ui)
+        elif isinstance(frame, ReviewRequest):
+            await answer_review(client, frame, ui)
 
     turn = asyncio.create_task(client.run_turn(text, settings, on_frame=on_frame, attachments=attachments or None))
     aborts: list[asyncio.Task[None]] = []
@@ -220,6 +232,19 @@ async def answer_approval(client: ChatClient, request: ApprovalRequest, ui: Ui) 
         approved = (line or "").strip().lower() in ("y", "yes")
         why = None if approved else "Declined by the user."
     await client.approve(request.tool_id, approved, why)
+
+
+async def answer_review(client: ChatClient, request: ReviewRequest, ui: Ui) -> None:
+    """Asks on the terminal whether to revise after a failed review; accepts without one."""
+    if not sys.stdin.isatty():
+        await client.decide_review(request.review_id, "accept")
+        return
+    line = (await ui.reader.read("revise it with the feedback? [y/N] ") or "").strip().lower()
+    if line not in ("y", "yes"):
+        await client.decide_review(request.review_id, "accept")
+        return
+    note = (await ui.reader.read("a note for the revision (Enter for none): ") or "").strip()
+    await client.decide_review(request.review_id, "revise", note or None)
 
 
 def _being_cancelled() -> bool:

@@ -25,7 +25,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from chat_agent.protocol import (AbortIn, AnyServerFrame, ApproveIn, ArtifactState, ClearContextIn, ClientModel,
-                                 EditArtifactIn, MessageIn, PingIn, ResumeIn, SelectArtifactVersionIn, SessionFrame)
+                                 EditArtifactIn, MessageIn, PingIn, ResumeIn, ReviewDecisionIn, SelectArtifactVersionIn,
+                                 SessionFrame)
 
 from .artifact import ArtifactView
 from .errors import ClientError, ConnectError, ConnectionLost
@@ -278,6 +279,12 @@ class ChatClient:
         """Answers an `approval_request`: the tool runs, or it is declined with `message`."""
         extra = {"message": message} if message is not None else {}
         await self.send(ApproveIn(type="approve", tool_id=tool_id, approved=approved, **extra))
+
+    async def decide_review(self, review_id: str, decision: str, message: str | None = None) -> None:
+        """Answers a `review_request`: `revise` the result with the feedback, or `accept` it."""
+        extra = {"message": message} if message is not None else {}
+        await self.send(ReviewDecisionIn(type="review_decision", review_id=review_id, decision=decision,  # type: ignore[arg-type]
+                                         **extra))
 
     async def clear_context(self) -> None:
         await self.send(ClearContextIn(type="clear_context"))

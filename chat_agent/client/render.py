@@ -11,7 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Mapping
 
-from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
+from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactTarget, ReviewDecided, ReviewFrame,
+                                 ReviewRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
                                  AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
                                  Pong, SessionFrame, StatusFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame,
                                  ToolEnd, ToolPart, ToolProgress, ToolStart, VisibleMessage)
@@ -125,6 +126,15 @@ def file_lines(output: Any) -> list[str]:
     return lines
 
 
+def review_line(review: ReviewFrame, style: Style) -> str:
+    """A review's verdict: passed or not, the score, what it judged, the feedback, the suggestions."""
+    what = f"version {review.target.index}" if isinstance(review.target, ArtifactTarget) else review.target.file_id
+    head = f"{'✓' if review.passed else '✗'} review {'passed' if review.passed else 'failed'} " \
+           f"{round(review.score * 100)}% ({what}{f', revision {review.revision}' if review.revision else ''})"
+    line = (style.green(head) if review.passed else style.yellow(head)) + f": {review.feedback}"
+    return line + "".join(f"\n    - {s}" for s in review.suggestions)
+
+
 def artifact_line(artifact: ArtifactState, style: Style) -> str:
     version = artifact.current
     kind = version.type + (f", {version.language}" if version.language else "")
@@ -171,6 +181,14 @@ class TurnRenderer:
                 return self._line(tool_card(name, tool_input, self.style))
             case ApprovalRequest(name=name):
                 return self._line(self.style.bold(f"⏸ {name} waits for your approval"))
+            case ReviewFrame():
+                return self._line(review_line(frame, self.style))
+            case ReviewRequest():
+                return self._line(self.style.bold("⏸ the review waits for your decision: revise or accept"))
+            case ReviewDecided(decision=decision, reason=reason):
+                why = {"timed_out": " (no answer in time)", "aborted": " (the turn stopped)",
+                       "interrupted": " (the server stopped)"}.get(reason or "", "")
+                return self._line(self.style.dim(f"review: {decision}{why}"))
             case ToolProgress(tool_id=tool_id, elapsed=elapsed, status=status):
                 name = self._open_tools.get(tool_id, "")
                 who = f"{name}: " if len(self._open_tools) > 1 and name else ""

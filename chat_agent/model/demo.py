@@ -2,8 +2,8 @@
 
 It speaks the ModelClient interface with Anthropic-shaped content blocks, so everything above
 it (the loop, tools, canvas, titles, summaries) runs for real; only the words are scripted. A
-first message searches the web (on canned results when no search service is configured),
-drafts an artifact in the canvas and says how to go on; forced tool calls (a highlight
+first message shows a plan (`update_plan`), searches the web (on canned results when no
+search service is configured), drafts an artifact in the canvas and says how to go on; forced tool calls (a highlight
 edit's `update_artifact`, a quick action's `rewrite_artifact`, a title's `set_title`) are
 honoured as a real model must.
 """
@@ -138,13 +138,19 @@ class DemoModel:
         lowered = ask.lower()
         done = {name for name, _ in results}
         known = current_artifact(request.messages)
+        planned = "update_plan" in _turn_calls(request.messages)  # this turn keeps a plan (see _PLAN)
         if "web_search" in done:
-            sources = len(re.findall(r"^\[\d+\] ", results[0][1], re.MULTILINE))
+            found = dict(results)["web_search"]
+            sources = len(re.findall(r"^\[\d+\] ", found, re.MULTILINE))
             if "generate_artifact" in offered and (known is None or any(w in lowered for w in _WRITE_WORDS)):
                 return [_text(f"I found {sources} sources. Drafting it in the canvas now."),
-                        _call("generate_artifact", _draft(ask, results[0][1]))]
+                        *([_plan_call(1)] if planned else []), _call("generate_artifact", _draft(ask, found))]
             return [_text(f"Here is what the search found ({sources} sources):\n\n"
-                          + _source_list(results[0][1]))]
+                          + _source_list(found))]
+        if "generate_artifact" in done and planned:
+            return [_plan_call(len(_PLAN))]  # every step ticked off; the closing words follow
+        if done == {"update_plan"} and "generate_artifact" in _turn_calls(request.messages):
+            done = {"generate_artifact"}
         if "update_artifact" in done:
             return [_text("Changed the passage you selected; the rest of the draft is as it was. Switch versions "
                           "above the canvas to compare.")]
@@ -156,6 +162,11 @@ class DemoModel:
                           "*This reply comes from the offline demo model.*")]
         if results:
             return [_text("The tool has answered; that is all the demo model has scripted for it.")]
+        if (known is None and {"update_plan", "web_search", "generate_artifact"} <= offered
+                and any(w in lowered for w in _WRITE_WORDS)):
+            # Work of three steps: shown as a plan first, as the prompt asks of a real model.
+            return [_text("Here is my plan; I start with a search."), _plan_call(0),
+                    _call("web_search", {"query": _words(ask, 10) or "canvas"})]
         if "web_search" in offered and (known is None or any(w in lowered for w in _SEARCH_WORDS)):
             return [_text("Let me look that up first."), _call("web_search", {"query": _words(ask, 10) or "canvas"})]
         wants_new = any(w in lowered for w in ("new ", "another", "start over"))
@@ -184,9 +195,35 @@ class DemoModel:
         if name == "set_title":
             match = re.search(r"<user>\n(.*?)\n</user>", _user_text(messages[-1]["content"]), re.DOTALL)
             return {"title": _title(match[1] if match else "Demo conversation")}
+        if name == "submit_review":  # the reviewer (CHAT_AGENT_REVIEW): the demo passes what it made
+            return {"passed": True, "score": 0.9, "suggestions": [],
+                    "feedback": "(Demo review) The result does what was asked; a real reviewer model reads it closely."}
         if name == "store_reflections":
             return {"styleRules": [], "content": []}  # an empty reflection changes nothing
         return {}
+
+
+_PLAN = ("Search the web for sources", "Draft it in the canvas", "Suggest what to do next")
+
+
+def _plan_call(finished: int) -> dict[str, Any]:
+    """An `update_plan` call with the first `finished` steps of _PLAN done, the next one in progress."""
+    steps = [{"title": title, "status": "done" if i < finished else "in_progress" if i == finished else "pending"}
+             for i, title in enumerate(_PLAN)]
+    return _call("update_plan", {"steps": steps})
+
+
+def _turn_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """The tools called since the user's message that started this turn."""
+    names: set[str] = set()
+    for message in reversed(messages):
+        content = message.get("content")
+        if message["role"] == "user" and (isinstance(content, str) or any(
+                isinstance(b, dict) and b.get("type") != "tool_result" for b in content or [])):
+            break
+        if message["role"] == "assistant" and isinstance(content, list):
+            names |= {b["name"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use"}
+    return names
 
 
 def _rewrite(content: str, language: str | None) -> dict[str, Any]:

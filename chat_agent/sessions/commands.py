@@ -15,7 +15,7 @@ import logging
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContextIn, EditArtifactIn, ErrorFrame,
-                                 MessageIn, SelectArtifactVersionIn, client_frames)
+                                 MessageIn, ReviewDecisionIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.jobs import ConversationJobs
@@ -200,6 +200,11 @@ class Commands:
                     if not live.approve(tool_id, approved, message):
                         raise FrameRejected("not_found", f"No tool call waits for approval under {tool_id!r} "
                                                          "(it was answered already, timed out, or never asked).",
+                                            only_sender=True)
+                case ReviewDecisionIn(review_id=review_id, decision=decision, message=message):
+                    if not live.decide_review(review_id, decision, message):
+                        raise FrameRejected("not_found", f"No review waits for a decision under {review_id!r} "
+                                                         "(it was decided already, timed out, or never asked).",
                                             only_sender=True)
                 case ClearContextIn():
                     await live.abort()

@@ -25,7 +25,7 @@ from typing import Any
 
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
-from chat_agent.protocol import ApprovalInfo, ContextUpdate, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
+from chat_agent.protocol import ApprovalInfo, ContextUpdate, ReviewInfo, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.live import LiveConversation
@@ -101,7 +101,8 @@ class Continuer:
             log.warning("turn %s of %s failed again at step %d; closing it", record.id, live.id, seen.steps)
             return None
         pending: dict[str, ApprovalInfo] = {}
-        reply, streamed = fold_reply(record, events, pending=pending)
+        reviews: dict[str, ReviewInfo] = {}  # a question the cut turn asked: accepted when it ends (`finish`)
+        reply, streamed = fold_reply(record, events, pending=pending, reviews=reviews)
         await live.load()
         start = live.manager.position(spec.user_item) if spec.user_item is not None else None
         if start is None:  # its message never reached the store, or a summary has taken it
@@ -116,7 +117,7 @@ class Continuer:
         # another closer (a takeover and the opening it started) got to it first.
         if live.knows_turn(record.id) or live.turn is not None or live.generation != generation:
             return None
-        running = RunningTurn.adopt(live, record, reply, pending)
+        running = RunningTurn.adopt(live, record, reply, pending, reviews)
         live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])
         rerun = self._mend(live, running, seen, prefill)
         if rerun is None:  # the model had finished: only the end was missing

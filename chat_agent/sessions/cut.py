@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from chat_agent.protocol import ApprovalInfo, MessageStatus
+from chat_agent.protocol import ApprovalInfo, MessageStatus, ReviewInfo
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.replica import reply_from_log
 from chat_agent.sessions.turn import RunningTurn
@@ -79,12 +79,13 @@ async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecor
     if live.knows_turn(record.id) or live.turn is not None:
         return False
     pending: dict[str, ApprovalInfo] = {}
-    reply, unfinished = await reply_from_log(store, record, pending=pending)
+    reviews: dict[str, ReviewInfo] = {}
+    reply, unfinished = await reply_from_log(store, record, pending=pending, reviews=reviews)
     await live.load()  # the model-facing history, let go again once the turn is over
     # Checked after the reads, with nothing awaited from here on: two closers (a takeover and
     # the opening it started, say) must not both close it.
     if live.knows_turn(record.id) or live.turn is not None:
         return False
     live.manager.repair(unfinished, cut.note, cut.result)
-    RunningTurn.adopt(live, record, reply, pending).close_cut(cut.message, cut.status)
+    RunningTurn.adopt(live, record, reply, pending, reviews).close_cut(cut.message, cut.status)
     return True

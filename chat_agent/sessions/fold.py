@@ -11,9 +11,10 @@ the model call that asked for them is complete.
 
 from __future__ import annotations
 
-from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ContentChunk, Done, MessageStatus, ServerFrame,
-                                 StopReason, TextPart, ThinkingChunk, ThinkingPart, ToolEnd, ToolPart, ToolProgress,
-                                 ToolStart, VisibleMessage)
+from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ContentChunk, Done, MessageStatus, ReviewDecided,
+                                 ReviewFrame, ReviewInfo, ReviewPart, ReviewRequest, ServerFrame, StopReason, TextPart,
+                                 ThinkingChunk, ThinkingPart, ToolEnd, ToolPart, ToolProgress, ToolStart,
+                                 VisibleMessage)
 
 _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
@@ -40,6 +41,13 @@ def fold(message: VisibleMessage, frame: ServerFrame) -> None:
             for part in message.parts:
                 if isinstance(part, ToolPart) and part.tool_id == tool_id:
                     part.output, part.is_error, part.duration = output, is_error, duration
+        case ReviewFrame():
+            message.parts.append(ReviewPart.model_validate(frame.model_dump(
+                include={"review_id", "target", "passed", "score", "feedback", "suggestions", "revision"})))
+        case ReviewDecided(review_id=review_id, decision=decision):
+            for part in message.parts:
+                if isinstance(part, ReviewPart) and part.review_id == review_id:
+                    part.decision = decision
         case Done(stop_reason=reason):
             message.status = reply_status(reason)
 
@@ -67,3 +75,12 @@ def track_approvals(pending: dict[str, ApprovalInfo], frame: ServerFrame) -> Non
             pending[tool_id] = ApprovalInfo(message_id=message_id, tool_id=tool_id, name=name, input=tool_input)
         case ToolProgress(tool_id=tool_id) | ToolEnd(tool_id=tool_id):
             pending.pop(tool_id, None)
+
+
+def track_reviews(pending: dict[str, ReviewInfo], frame: ServerFrame) -> None:
+    """Keeps the reviews that wait for the user's decision (`session.pendingReviews`)."""
+    match frame:
+        case ReviewRequest(message_id=message_id, review_id=review_id):
+            pending[review_id] = ReviewInfo(message_id=message_id, review_id=review_id)
+        case ReviewDecided(review_id=review_id):
+            pending.pop(review_id, None)

@@ -17,13 +17,15 @@ from typing import Callable, Protocol, Sequence, TypeVar
 
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, ErrorFrame, ServerFrame, SessionFrame,
+from chat_agent.protocol import (ContextCleared, ContextInfo, ContextUpdate, ErrorFrame, ReviewDecision, ServerFrame,
+                                 SessionFrame,
                                  TitleFrame, ToolInfo, VisibleMessage)
 from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.coalesce import DELTAS, DeltaCoalescer
 from chat_agent.sessions.follow import UNKNOWN_TURN, Follower
 from chat_agent.sessions.messages import Committed, Status
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
+from chat_agent.sessions.plan import latest_plan
 from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
@@ -259,6 +261,11 @@ class LiveConversation:
             self.manager.release()
             self._idle(self.id)
 
+    def decide_review(self, review_id: str, decision: ReviewDecision, message: str | None) -> bool:
+        """The user's decision on a failed review of the running turn; False when none waits
+        under that id."""
+        return self.turn is not None and self.turn.decide_review(review_id, decision, message)
+
     def approve(self, tool_id: str, approved: bool, message: str | None) -> bool:
         """The user's answer to an approval request of the running turn; False when no call
         waits under that id (unknown, answered already, timed out)."""
@@ -393,9 +400,11 @@ class LiveConversation:
         def capture() -> tuple[tuple[SessionFrame, VisibleMessage | None], None, int]:
             context = ContextInfo(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens)
             approvals = self.turn.approvals.values() if self.turn is not None else ()
+            reviews = self.turn.reviews.values() if self.turn is not None else ()
             frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
                                  artifact=self.canvas.state(), context=context, tools=tools, running=self.running,
-                                 pending_approvals=[info.model_copy() for info in approvals])
+                                 pending_approvals=[info.model_copy() for info in approvals],
+                                 pending_reviews=[info.model_copy() for info in reviews])
             reply = self.reply()
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 
@@ -408,6 +417,7 @@ class LiveConversation:
                 return None  # a turn cut elsewhere, not yet taken up here: as the store shows it
         budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
         frame.messages, frame.more_before = visible_page(newest_within(page or HistoryPage([], False), budget), reply)
+        frame.plan = latest_plan(frame.messages)
         return frame
 
     async def _consistent(self, capture: Callable[[], tuple[T, str | None, int]]) -> tuple[T, HistoryPage | None]:

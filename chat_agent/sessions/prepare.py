@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from chat_agent import clock
 from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.review import ReviewGate, ReviewPolicy
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import MemoryBook, render_memories
@@ -27,7 +28,7 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
+from chat_agent.protocol import Highlight, MessageIn, QuickAction, ReviewSettings, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.turn import Prepared
@@ -35,6 +36,15 @@ from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
+
+
+class ReviewSpec(BaseModel):
+    """A turn's review settled when it starts (the message's `settings.review` over the
+    server's default), kept with its spec so a continued turn is reviewed the same way."""
+
+    model: str
+    max_revisions: int = 1
+    decision: Literal["auto", "ask"] = "auto"
 
 
 class TurnSpec(BaseModel):
@@ -53,6 +63,7 @@ class TurnSpec(BaseModel):
     prefix: bool = True
     reflections: bool = True
     user_item: str | None = None  # the history item of the turn's message (see `live.open_turn`)
+    review: ReviewSpec | None = None  # 1.2 "Review": how what the turn makes is reviewed; None: it is not
 
 
 @dataclass(slots=True)
@@ -112,6 +123,19 @@ def _change_block(live: LiveConversation, version: ArtifactVersionRecord, others
     return edit
 
 
+def review_spec(settings: Settings, asked: ReviewSettings | None) -> ReviewSpec | None:
+    """How this turn is reviewed: the message's `settings.review` over the server's default
+    (`CHAT_AGENT_REVIEW`); None when it is not."""
+    model = settings.review_model or settings.small_model
+    if asked is None:
+        if settings.review == "off":
+            return None
+        return ReviewSpec(model=model, max_revisions=settings.review_max_revisions, decision=settings.review)
+    if not asked.enabled:
+        return None
+    return ReviewSpec(model=model, max_revisions=asked.max_revisions, decision=asked.decision)
+
+
 class TurnPreparer:
     """Turns a `message` frame into a turn: checks it, reads its attachments, and builds what
     the loop needs. Raises FrameRejected with the reason a client is told."""
@@ -146,7 +170,7 @@ class TurnPreparer:
                         # The span edit needs only the excerpt: sending the history along with a
                         # forced tool_choice would process all of it again, uncached.
                         focused=plan.highlight is not None, window=plan.window, prefix=plan.prefix,
-                        reflections=plan.reflections)
+                        reflections=plan.reflections, review=review_spec(self._settings, message.settings.review))
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
@@ -180,7 +204,10 @@ class TurnPreparer:
         return Turn(owner=live.owner, conversation_id=live.id, model=spec.model, system=system, tools=tools,
                     thinking=spec.thinking, tool_choice=spec.tool_choice, window=spec.window, services=services,
                     focus=focus, approvals=ApprovalGate(frozenset(spec.require_approval),
-                                                        self._settings.approval_timeout))
+                                                        self._settings.approval_timeout),
+                    review=None if spec.review is None else ReviewPolicy(
+                        spec.review.model, spec.review.max_revisions, spec.review.decision,
+                        ReviewGate(self._settings.approval_timeout)))
 
     def _tool_names(self, message: MessageIn) -> list[str]:
         wanted = message.settings

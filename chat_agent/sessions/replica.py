@@ -9,23 +9,27 @@ was told: a reply folded from it up to a seq is what a client that saw those fra
 from __future__ import annotations
 
 from chat_agent.canvas.artifact import artifact_state
-from chat_agent.protocol import (ApprovalInfo, ContentChunk, ContextInfo, ContextUpdate, SessionFrame, ToolInfo, VisibleMessage,
+from chat_agent.protocol import (ApprovalInfo, ReviewInfo, ContentChunk, ContextInfo, ContextUpdate, SessionFrame, ToolInfo, VisibleMessage,
                                  server_frames)
-from chat_agent.sessions.fold import fold, track_approvals
+from chat_agent.sessions.fold import fold, track_approvals, track_reviews
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
+from chat_agent.sessions.plan import latest_plan
 from chat_agent.store import EventRecord, HistoryPage, Store, TurnRecord
 
 async def reply_from_log(store: Store, turn: TurnRecord, upto: int | None = None,
-                         pending: dict[str, ApprovalInfo] | None = None) -> tuple[VisibleMessage, str]:
+                         pending: dict[str, ApprovalInfo] | None = None,
+                         reviews: dict[str, ReviewInfo] | None = None) -> tuple[VisibleMessage, str]:
     """The turn's reply as its frames (up to seq `upto`) built it, and the text streamed by
     the model call that had not completed (its reply was not in the history yet). Fills
-    `pending` with the approval requests not answered by then."""
+    `pending` with the approval requests not answered by then, `reviews` with the reviews
+    still waiting for a decision."""
     events = await store.events_after(turn.owner, turn.conversation_id, turn.first_seq - 1)
-    return fold_reply(turn, events, upto, pending)
+    return fold_reply(turn, events, upto, pending, reviews)
 
 
 def fold_reply(turn: TurnRecord, events: list[EventRecord], upto: int | None = None,
-               pending: dict[str, ApprovalInfo] | None = None) -> tuple[VisibleMessage, str]:
+               pending: dict[str, ApprovalInfo] | None = None,
+               reviews: dict[str, ReviewInfo] | None = None) -> tuple[VisibleMessage, str]:
     """`reply_from_log` over events already read."""
     reply = VisibleMessage(id=turn.message_id, role="assistant", created_at=turn.started_at, status="streaming")
     unfinished: list[str] = []
@@ -38,6 +42,8 @@ def fold_reply(turn: TurnRecord, events: list[EventRecord], upto: int | None = N
         fold(reply, frame)
         if pending is not None:
             track_approvals(pending, frame)
+        if reviews is not None:
+            track_reviews(reviews, frame)
         if isinstance(frame, ContentChunk):
             unfinished.append(frame.content)
         elif isinstance(frame, ContextUpdate):  # sent once a call's reply is in the history
@@ -58,7 +64,8 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
         return None
     record = view.record
     pending: dict[str, ApprovalInfo] = {}
-    reply = fold_reply(view.turns[-1], view.events, record.last_seq, pending)[0] if view.turns else None
+    reviews: dict[str, ReviewInfo] = {}
+    reply = fold_reply(view.turns[-1], view.events, record.last_seq, pending, reviews)[0] if view.turns else None
     page = view.page
     if reply is not None:  # the reply is shown whole as the turn's, not as a history item too
         items = [item for item in page.items if item.id != reply.id]
@@ -68,7 +75,8 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
     frame = SessionFrame(conversation_id=conversation_id, seq=record.last_seq, title=record.title,
                          artifact=artifact_state(artifact), tools=tools, running=bool(view.turns),
                          context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),
-                         pending_approvals=list(pending.values()))
+                         pending_approvals=list(pending.values()), pending_reviews=list(reviews.values()))
     budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
     frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
+    frame.plan = latest_plan(frame.messages)
     return frame

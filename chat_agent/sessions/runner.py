@@ -11,13 +11,15 @@ import logging
 from contextlib import aclosing
 from typing import Callable
 
+from chat_agent.agent.critic import run_reviewed
 from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event,
-                                     ModelRetrying, ModelWaiting, TextDelta, ThinkingDelta, ToolEnded, ToolProgressed,
-                                     ToolStarted, TurnFailed, TurnFinished)
-from chat_agent.agent.loop import Agent, Turn, run_turn
+                                     ModelRetrying, ModelWaiting, ReviewAnswered, ReviewAsked, Reviewed, TextDelta,
+                                     ThinkingDelta, ToolEnded, ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.agent.loop import Agent, Turn
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ServerFrame,
-                                 StatusFrame, StopReason, ThinkingChunk, ToolEnd, ToolProgress, ToolStart, Usage)
+from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ReviewDecided,
+                                 ReviewFrame, ReviewRequest, ServerFrame, StatusFrame, StopReason, ThinkingChunk,
+                                 ToolEnd, ToolProgress, ToolStart, Usage)
 from chat_agent.tracing import turn_span
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,7 @@ async def drive(agent: Agent, manager: ConversationManager, turn: Turn, message_
     usage, detail = Usage(), None
     with turn_span(turn.conversation_id, turn_id, turn.owner) as span:
         try:
-            async with aclosing(run_turn(agent, manager, turn, start=start, rerun=rerun)) as events:
+            async with aclosing(run_reviewed(agent, manager, turn, start=start, rerun=rerun)) as events:
                 async for event in events:
                     if isinstance(event, TurnFinished):
                         stop, usage, detail = event.stop_reason, event.usage, event.detail
@@ -94,4 +96,13 @@ def frame_for(event: Event, message_id: str) -> ServerFrame:
             return ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized)
         case TurnFailed(code=code, message=message):
             return ErrorFrame(code=code, message=message)
+        case Reviewed():
+            return ReviewFrame(message_id=message_id, review_id=event.review_id, target=event.target,
+                               passed=event.passed, score=event.score, feedback=event.feedback,
+                               suggestions=event.suggestions, revision=event.revision)
+        case ReviewAsked(review_id=review_id):
+            return ReviewRequest(message_id=message_id, review_id=review_id)
+        case ReviewAnswered(review_id=review_id, decision=decision, message=said, reason=reason):
+            return ReviewDecided(message_id=message_id, review_id=review_id, decision=decision, message=said,
+                                 reason=reason)
     raise TypeError(f"no frame for {event!r}")

@@ -21,9 +21,9 @@ from typing import Awaitable, Callable, Protocol, Sequence
 from chat_agent import clock
 from chat_agent.agent.loop import CANCELLED_RESULT, STOPPED_NOTE, Agent, Turn
 from chat_agent.ids import new_id
-from chat_agent.protocol import (ApprovalInfo, Done, ErrorFrame, ServerFrame, StopReason, ToolEnd, ToolStart, Usage,
-                                 VisibleMessage)
-from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for, track_approvals
+from chat_agent.protocol import (ApprovalInfo, Done, ErrorFrame, ReviewDecided, ReviewDecision, ReviewInfo, ServerFrame,
+                                 StopReason, ToolEnd, ToolStart, Usage, VisibleMessage)
+from chat_agent.sessions.fold import fold, open_tools, reply_status, status_for, track_approvals, track_reviews
 from chat_agent.sessions.runner import drive
 from chat_agent.canvas.artifact import Canvas
 from chat_agent.context.conversation import ConversationManager
@@ -38,7 +38,7 @@ class TurnState(enum.Enum):
     PREPARING = "preparing"  # the message is checked, its attachments read; nothing stored yet
     STREAMING = "streaming"  # the model writes
     WAITING_TOOL = "waiting_tool"  # tools run
-    WAITING_USER = "waiting_user"  # a call waits for the user's approval
+    WAITING_USER = "waiting_user"  # a call waits for the user's approval, or a review for their decision
     FINISHING = "finishing"  # open cards are closed, the reply stored, `done` published
     DONE = "done"
 
@@ -102,6 +102,7 @@ class RunningTurn:
         self.reply = VisibleMessage(id=message_id, role="assistant", created_at=started_at, status="streaming")
         self._tool_started: dict[str, float] = {}  # open tool cards: when each started
         self.approvals: dict[str, ApprovalInfo] = {}  # requests not answered yet
+        self.reviews: dict[str, ReviewInfo] = {}  # failed reviews waiting for the user's decision
         self._turn: Turn | None = None  # the loop's input, once prepared
         self._task: asyncio.Task[Outcome] | None = None
         self._failure: str | None = None  # why the server stopped it, for its `error` (see `fail`)
@@ -171,7 +172,7 @@ class RunningTurn:
 
     @classmethod
     def adopt(cls, conversation: LiveConversation, record: TurnRecord, reply: VisibleMessage,
-              pending: dict[str, ApprovalInfo]) -> RunningTurn:
+              pending: dict[str, ApprovalInfo], reviews: dict[str, ReviewInfo] | None = None) -> RunningTurn:
         """A turn the store holds as running that nothing runs any more, with its reply as the
         event log shows it: to be closed (`finish`) by this instance."""
         turn = cls(conversation, record.id, record.message_id, record.started_at)
@@ -179,6 +180,7 @@ class RunningTurn:
         now = asyncio.get_running_loop().time()
         turn._tool_started = {call.tool_id: now for call in open_tools(reply)}
         turn.approvals = dict(pending)
+        turn.reviews = dict(reviews or {})
         turn.state = TurnState.STREAMING
         conversation.adopt_turn(turn)
         return turn
@@ -213,18 +215,24 @@ class RunningTurn:
         open cards follow it (a `session` taken now shows exactly the frames up to it)."""
         fold(self.reply, frame)
         track_approvals(self.approvals, frame)
+        track_reviews(self.reviews, frame)
         if isinstance(frame, ToolStart):
             self._tool_started[frame.tool_id] = asyncio.get_running_loop().time()
         elif isinstance(frame, ToolEnd):
             self._tool_started.pop(frame.tool_id, None)
         if self.state in (TurnState.STREAMING, TurnState.WAITING_TOOL, TurnState.WAITING_USER):
-            self._to(TurnState.WAITING_USER if self.approvals else
+            self._to(TurnState.WAITING_USER if self.approvals or self.reviews else
                      TurnState.WAITING_TOOL if self._tool_started else TurnState.STREAMING)
 
     def approve(self, tool_id: str, approved: bool, message: str | None) -> bool:
         """The user's answer to an approval request; False when no call waits under that id."""
         return (self._turn is not None and tool_id in self.approvals
                 and self._turn.approvals.answer(tool_id, approved, message))
+
+    def decide_review(self, review_id: str, decision: ReviewDecision, message: str | None) -> bool:
+        """The user's decision on a failed review; False when no review waits under that id."""
+        policy = self._turn.review if self._turn is not None else None
+        return policy is not None and review_id in self.reviews and policy.gate.answer(review_id, decision, message)
 
     @property
     def shown(self) -> bool:
@@ -280,6 +288,9 @@ class RunningTurn:
             output = NOT_ANSWERED if call.tool_id in self.approvals else "Cancelled before it finished."
             self.emit(ToolEnd(tool_id=call.tool_id, name=call.name, output=output,
                               duration=round(now - started, 3), is_error=True))
+        for info in list(self.reviews.values()):  # PROTOCOL 1.2: `abort` accepts (so does any other stop)
+            self.emit(ReviewDecided(message_id=info.message_id, review_id=info.review_id, decision="accept",
+                                    reason="aborted" if stop == "aborted" else "interrupted"))
         reply = self.reply
         reply.status = status or reply_status(stop)  # type: ignore[assignment]
         conversation.manager.replace_visible(reply)
@@ -290,6 +301,7 @@ class RunningTurn:
         self._to(TurnState.DONE)
         self._tool_started.clear()
         self.approvals.clear()
+        self.reviews.clear()
         conversation.turn_over(self)
 
     def _to(self, state: TurnState) -> None:

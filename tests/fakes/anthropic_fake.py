@@ -11,7 +11,8 @@ faults per reply, and logs every request. Odd replies the real API sends can be 
 signature, a tool call without `content_block_stop`), `ToolUse(name, raw_json="{broken")`,
 `Reply(..., stop_reason="refusal", stop_details={...})`, and
 `stop_reason="model_context_window_exceeded"`; a model silent before its first byte is
-`Reply(..., lead_delay=12)` (nothing at all, headers included, for 12 s). With nothing
+`Reply(..., lead_delay=12)` (nothing at all, headers included, for 12 s). The server's
+reviewer calls take `fake.verdicts(Verdict(False, 0.3, "…"), Verdict(True, 0.9))` in order. With nothing
 scripted it answers from the last user message (see `anthropic_default`).
 
 Standalone: `python -m tests.fakes.anthropic_fake --port 0` prints its base URL and serves.
@@ -31,7 +32,7 @@ from types import TracebackType
 import uvicorn
 
 from tests.fakes.anthropic_app import FakeBackend, RecordedRequest, Responder, When, build_app
-from tests.fakes.anthropic_script import Fault, Item, RedactedThinking, Reply, Text, Thinking, ToolUse
+from tests.fakes.anthropic_script import Fault, Item, RedactedThinking, Reply, Text, Thinking, ToolUse, Verdict, is_review
 
 __all__ = [
     "FakeAnthropic",
@@ -42,6 +43,7 @@ __all__ = [
     "Text",
     "Thinking",
     "ToolUse",
+    "Verdict",
 ]
 
 START_TIMEOUT = 10.0
@@ -94,6 +96,11 @@ class FakeAnthropic:
     def enqueue(self, *items: Item, when: When | None = None) -> None:
         """Queue replies or faults, used in order; with `when`, only by requests it accepts."""
         self._backend.enqueue(items, when)
+
+    def verdicts(self, *items: Item) -> None:
+        """Queue the reviewer's answers (`Verdict(...)`, or a fault), used by reviewer calls
+        only, in order; with none queued a review passes."""
+        self._backend.enqueue(items, is_review)
 
     @property
     def responder(self) -> Responder | None:

@@ -207,3 +207,22 @@ class Signer:
             return False
         nonce, mac = raw[:24], raw[24:]
         return hmac.compare_digest(self._mac(b"redacted:" + nonce), mac)
+
+
+# ---- the reviewer's verdicts (PROTOCOL 1.2 "Review") -----------------------------------------
+
+REVIEW_TOOL = "submit_review"  # the tool the server forces on its reviewer calls
+
+
+def is_review(body: dict) -> bool:
+    """A reviewer call: the server forces its verdict tool."""
+    choice = body.get("tool_choice") or {}
+    return choice.get("type") == "tool" and choice.get("name") == REVIEW_TOOL
+
+
+def Verdict(passed: bool, score: float, feedback: str = "", suggestions: tuple[str, ...] | list[str] = (),  # noqa: N802 - reads like the Reply it is
+            **reply: object) -> Reply:
+    """The reviewer's answer: its forced tool call with this verdict."""
+    text = feedback or ("Meets the request." if passed else "Misses what was asked.")
+    return Reply([ToolUse(REVIEW_TOOL, {"passed": passed, "score": score, "feedback": text,
+                                        "suggestions": list(suggestions)})], **reply)  # type: ignore[arg-type]

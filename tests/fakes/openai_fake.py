@@ -101,6 +101,11 @@ class FakeOpenAI(LoopbackServer):
         with self._lock:
             self._queue += [(item, when) for item in items]
 
+    def verdicts(self, *items: Reply | Fault) -> None:
+        """Queue the reviewer's answers (`verdict(...)`), used by reviewer calls only, in
+        order; with none queued a review passes."""
+        self.enqueue(*items, when=is_review)
+
     def drop_queue(self) -> None:
         with self._lock:
             self._queue.clear()
@@ -254,7 +259,24 @@ def _completion(body: dict[str, Any], reply: Reply, usage: dict[str, Any]) -> di
 # ---- the answer when nothing is queued ---------------------------------------------------------
 
 
+REVIEW_TOOL = "submit_review"  # the tool the server forces on its reviewer calls
+
+
+def is_review(body: dict[str, Any]) -> bool:
+    choice = body.get("tool_choice")
+    return isinstance(choice, dict) and (choice.get("function") or {}).get("name") == REVIEW_TOOL
+
+
+def verdict(passed: bool, score: float, feedback: str = "", suggestions: tuple[str, ...] | list[str] = ()) -> Reply:
+    """The reviewer's answer: its forced tool call with this verdict."""
+    text = feedback or ("Meets the request." if passed else "Misses what was asked.")
+    return Reply(calls=[Call(REVIEW_TOOL, {"passed": passed, "score": score, "feedback": text,
+                                           "suggestions": list(suggestions)})])
+
+
 def default_reply(body: dict[str, Any]) -> Reply:
+    if is_review(body):  # a reviewer with nothing scripted passes the result
+        return verdict(True, 0.9)
     messages = body["messages"]
     system = " ".join(m["content"] for m in messages if m["role"] == "system" and isinstance(m["content"], str))
     if "summar" in system.lower() and not body.get("tools"):

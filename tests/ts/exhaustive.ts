@@ -56,6 +56,15 @@ export function describe(frame: ServerFrame): string {
     case "status":
       // 1.2 "Live status": never in the event log, so no seq; messageId only when about a reply.
       return `${frame.state} ${frame.elapsed.toFixed(1)} ${frame.detail}${frame.messageId == null ? "" : ` ${frame.messageId}`}`;
+    case "review":
+      // 1.2 "Review": the target is a discriminated union on `kind`.
+      return `${frame.reviewId} ${frame.passed ? "passed" : "failed"} ${frame.score.toFixed(2)} ` +
+        `${frame.target.kind === "artifact" ? `v${frame.target.index + 0}` : frame.target.fileId} ` +
+        `${frame.feedback} ${frame.suggestions.join("; ")} r${frame.revision + 0}`;
+    case "review_request":
+      return `${frame.messageId} asks about ${frame.reviewId}`;
+    case "review_decision":
+      return `${frame.reviewId} ${frame.decision}${frame.reason == null ? "" : ` (${frame.reason})`}`;
     case "pong":
       return "pong";
     default:
@@ -75,6 +84,8 @@ function part(p: Part): string {
       return `${p.name} ${p.toolId} ${p.isError ? "failed" : "ok"}`;
     case "attachment":
       return `attachment ${p.kind}`;
+    case "review":
+      return `review ${p.reviewId} ${p.score.toFixed(2)}${p.decision == null ? "" : ` ${p.decision}`}`;
     default:
       return unhandled(p);
   }
@@ -96,6 +107,8 @@ export function encode(frame: ClientFrame): string {
       return `resume ${frame.afterSeq + 0}`;
     case "approve":
       return `approve ${frame.toolId} ${frame.approved ? "yes" : "no"}${frame.message ?? ""}`;
+    case "review_decision":
+      return `review ${frame.reviewId} ${frame.decision}${frame.message ?? ""}`;
     default:
       return unhandled(frame);
   }

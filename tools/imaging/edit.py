@@ -14,7 +14,7 @@ import io
 import math
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps
+from PIL import Image, ImageDraw, ImageOps
 
 from .api import ImageApiError, ImageInput
 from chat_agent.tooling import IMAGE_MEDIA_TYPES as MEDIA_TYPES
@@ -56,6 +56,24 @@ def region_mask(box: tuple[float, float, float, float], width: int, height: int)
         raise ImageToolError(f"mask_region covers no pixel of the {width}×{height} image.")
     mask = Image.new("RGBA", (width, height), (0, 0, 0, 255))
     mask.paste((0, 0, 0, 0), (left, top, right, bottom))
+    return ImageInput(_png(mask), "mask.png", "image/png")
+
+
+def polygon_mask(points: list[tuple[float, float]], width: int, height: int) -> ImageInput:
+    """An opaque PNG of the image's size, transparent inside the polygon (its vertices in the
+    image's pixels, x right and y down from the top-left corner; pixels on its edge count as
+    inside, as Pillow draws them)."""
+    outside = [(x, y) for x, y in points if not (0 <= x <= width and 0 <= y <= height)]
+    if outside:
+        x, y = outside[0]
+        raise ImageToolError(f"mask_polygon point ({x:g}, {y:g}) is outside the {width}×{height} image: "
+                             "give points in its pixels, 0 to its width and height.")
+    alpha = Image.new("L", (width, height), 255)
+    ImageDraw.Draw(alpha).polygon(points, fill=0)
+    if alpha.getextrema()[0] != 0:
+        raise ImageToolError("mask_polygon covers no pixel of the image.")
+    mask = Image.new("RGBA", (width, height), (0, 0, 0, 255))
+    mask.putalpha(alpha)
     return ImageInput(_png(mask), "mask.png", "image/png")
 
 

@@ -1,6 +1,9 @@
 // The conversation column: messages in the order their parts happened (text, thinking, tool
 // cards, attachments), streamed as frames arrive.
 import { escapeHtml, imageNode, renderMarkdown } from "./markdown.js";
+import { reviewCard } from "./reviews.js";
+
+const PLAN_MARKS = { pending: "○", in_progress: "◐", done: "●", skipped: "–" };
 
 const STOPS = { aborted: "Stopped.", max_steps: "Stopped: the step limit was reached.",
   max_tokens: "Cut off: the output limit was reached.", refusal: "The model declined to answer.",
@@ -60,7 +63,7 @@ export class Chat {
         else if (part.type === "tool") {
           this.toolStart({ messageId: message.id, toolId: part.toolId, name: part.name, input: part.input });
           if (part.output !== undefined && part.output !== null || part.duration) this.toolEnd(part);
-        }
+        } else if (part.type === "review") this.review({ messageId: message.id, ...part });
       }
       this.finish(message.id, message.status, null, message.status === "streaming");
       if (message.status !== "streaming") entry.node.classList.remove("streaming");
@@ -137,6 +140,7 @@ export class Chat {
       <span class="tool-status">${escapeHtml(inputSummary(frame.name, frame.input))}</span><span class="badge">running</span></summary>
       <div class="body"><div class="label">Input</div><pre class="input"></pre><div class="output-area"></div></div>`;
     card.querySelector(".input").textContent = JSON.stringify(frame.input ?? {}, null, 2);
+    if (frame.name === "update_plan") this.plan(entry, card, frame.input);
     entry.node.append(card);
     entry.last = { kind: "tool", node: card };
     this.tools.set(frame.toolId, card);
@@ -145,6 +149,39 @@ export class Chat {
   }
 
   toolCard(toolId) { return this.tools.get(toolId); }
+
+  /** PROTOCOL 1.2 "Plans": an `update_plan` card is the plan as a checklist, open; the reply's
+   * earlier plan cards fold away, so the latest plan is the one in sight. */
+  plan(entry, card, input) {
+    const steps = Array.isArray(input?.steps) ? input.steps : [];
+    const list = el("ol", "plan-steps");
+    for (const step of steps) {
+      const item = el("li", `plan-step ${step.status}`);
+      item.dataset.status = step.status;
+      item.append(el("span", "plan-mark", PLAN_MARKS[step.status] || "○"), document.createTextNode(step.title));
+      list.append(item);
+    }
+    const done = steps.filter((s) => s.status === "done" || s.status === "skipped").length;
+    card.classList.add("plan");
+    card.querySelector(".tool-status").textContent = `Plan: ${done} of ${steps.length} done`;
+    card.querySelector(".body").prepend(list);
+    for (const older of entry.node.querySelectorAll("details.tool.plan")) older.open = false;
+    card.open = true;
+  }
+
+  /** A reviewer's verdict in its reply, where it happened. */
+  review(frame) {
+    const entry = this.assistant(frame.messageId);
+    const card = reviewCard(frame);
+    entry.node.append(card);
+    entry.last = { kind: "review", node: card };
+    this.scroll();
+    return card;
+  }
+
+  reviewCard(reviewId) {
+    return this.root.querySelector(`.review[data-review-id="${CSS.escape(reviewId)}"]`);
+  }
 
   toolProgress(frame) {
     const card = this.tools.get(frame.toolId);

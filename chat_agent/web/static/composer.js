@@ -70,6 +70,8 @@ export class Composer {
     const attachments = ready.map((i) => ({ type: (i.mediaType || "").startsWith("image/") ? "image" : "document", uploadId: i.uploadId }));
     const previews = ready.map((i) => ({ kind: (i.mediaType || "").startsWith("image/") ? "image" : "document", preview: i.preview, filename: i.file.name }));
     const settings = { webSearch: $("opt-search").checked, thinking: $("opt-thinking").checked };
+    // Unticked: the server's default (CHAT_AGENT_REVIEW). Ticked: reviewed, the user decides.
+    if ($("opt-review").checked) settings.review = { enabled: true, maxRevisions: 1, decision: "ask" };
     if (!this.submit({ content, attachments, previews, settings })) return;
     this.prompt.value = "";
     this.grow();

@@ -7,6 +7,7 @@ import { Composer } from "./composer.js";
 import { Connection, savedPlace } from "./connection.js";
 import { Conversations, CustomActions, memoriesPanel } from "./panels.js";
 import { renderQuickActions } from "./quick.js";
+import { Reviews } from "./reviews.js";
 
 const $ = (id) => document.getElementById(id);
 let running = false;
@@ -33,6 +34,7 @@ const send = (frame) => {
 const chat = new Chat($("messages"), $("empty-chat"));
 const canvas = new Canvas({ send, conversation: () => connection.conversationId, toast });
 const approvals = new Approvals({ send, cardFor: (id) => chat.toolCard(id), host: () => $("messages") });
+const reviews = new Reviews({ send, cardFor: (id) => chat.reviewCard(id) });
 const conversations = new Conversations({ open: (id) => openConversation(id), current: () => connection.conversationId, toast });
 const actions = new CustomActions({ toast, changed: (list) => { customActions = list; quickBar(); } });
 memoriesPanel(toast);
@@ -70,6 +72,7 @@ function session(frame, resumed) {
   if (resumed) return;  // the page shows all of it already; the replay brings the rest
   chat.renderHistory(frame.messages || []);
   approvals.restore(frame.pendingApprovals);
+  reviews.restore(frame.pendingReviews);
   canvas.set(frame.artifact);
   quickBar();
   setRunning(!!frame.running);
@@ -84,6 +87,9 @@ function handle(frame) {
     case "tool_progress": approvals.resolve(frame.toolId); chat.toolProgress(frame); break;  // answered (maybe elsewhere)
     case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); break;
     case "approval_request": approvals.request(frame); break;
+    case "review": chat.review(frame); break;
+    case "review_request": reviews.request(frame); break;
+    case "review_decision": reviews.decided(frame); break;
     case "artifact_chunk": canvas.chunk(frame); break;
     case "artifact": canvas.set(frame.artifact); quickBar(); break;
     case "artifact_edit": canvas.edit(frame).then(quickBar, (e) => toast(e.message, true)); break;
@@ -188,6 +194,7 @@ function openConversation(id) {
   canvas.closeEditor();
   chat.reset();
   approvals.clear();
+  reviews.clear();
   canvas.set(null);
   setTitle(null);
   setRunning(false);
