@@ -266,9 +266,28 @@ _V9 = (
     )""",
 )
 
+# Trees: the same as schema.py's migration 10 (see there).
+_V10 = (
+    "ALTER TABLE history_items ADD COLUMN parent_id TEXT",
+    "ALTER TABLE history_items ADD COLUMN role TEXT",
+    "ALTER TABLE history_items ADD COLUMN node TEXT",
+    "ALTER TABLE history_items ADD COLUMN supersedes TEXT",
+    "ALTER TABLE conversations ADD COLUMN leaf_id TEXT",
+    """UPDATE history_items h SET role = CAST(h.data AS jsonb) ->> 'role', parent_id = p.prev
+    FROM (SELECT conversation_id, pos, LAG(id) OVER (PARTITION BY conversation_id ORDER BY pos) AS prev
+          FROM history_items WHERE history = 'visible') p
+    WHERE h.history = 'visible' AND h.conversation_id = p.conversation_id AND h.pos = p.pos""",
+    """UPDATE conversations c SET leaf_id = (
+        SELECT h.id FROM history_items h
+        WHERE h.conversation_id = c.id AND h.history = 'visible'
+        ORDER BY h.pos DESC LIMIT 1)""",
+    """UPDATE history_items h SET node = c.leaf_id FROM conversations c
+    WHERE c.id = h.conversation_id AND h.history = 'model'""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

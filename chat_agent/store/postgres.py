@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor
@@ -24,6 +24,7 @@ from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from chat_agent.store import leases, reads, writes
+from chat_agent.store import tree as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
@@ -46,6 +47,7 @@ from chat_agent.store.records import (
 )
 
 _Connection = AsyncConnection[Any]
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # Only numbers are summed: usage may also hold nested objects or flags.
@@ -260,12 +262,19 @@ class PostgresStore(Store):
         sql = f"{reads.CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {reads.NEWEST_FIRST} LIMIT ?"
         return [ConversationRecord(*row) for row in await self._read(sql, (*params, limit))]
 
-    async def load_history(self, owner: str, conversation_id: str, history: History) -> list[HistoryItem]:
+    async def load_history(
+        self, owner: str, conversation_id: str, history: History, leaf: str | None = None
+    ) -> list[HistoryItem]:
+        if history == "model":
+            return await self._tree_read(trees.read_model(owner, conversation_id, leaf))
         return [reads.item(row) for row in await self._read(reads.HISTORY, (conversation_id, owner, history))]
 
     async def history_page(
-        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int,
+        leaf: str | None = None,
     ) -> HistoryPage | None:
+        if history == "visible":
+            return await self._tree_read(trees.read_page(owner, conversation_id, before, limit, leaf))
         async with self._snapshot() as conn:
             end = 2**62  # after any position
             if before is not None:
@@ -278,8 +287,17 @@ class PostgresStore(Store):
         return HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        if history == "model":
+            return await self._tree_read(trees.read_model_size(owner, conversation_id))
         rows = await self._read(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*(int(n) for n in rows[0]))
+
+    async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
+        return await self._tree_read(trees.read_tree(owner, conversation_id))
+
+    async def _tree_read(self, reading: trees.Reads[T]) -> T:
+        async with self._snapshot() as conn:
+            return await trees.run_async(reading, lambda sql, params: _rows(conn, sql, params))
 
     async def events_after(
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
@@ -299,8 +317,8 @@ class PostgresStore(Store):
                 first = min(turn.first_seq for turn in turns) - 1
                 events = [EventRecord(*row) for row in await _rows(conn, reads.EVENTS, (conversation_id, owner, first, None))
                           if row[1] <= record.last_seq]
-            rows = await _rows(conn, reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1))
-        page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            page = await trees.run_async(trees.read_page(owner, conversation_id, None, limit),
+                                         lambda sql, params: _rows(conn, sql, params))
         return LiveView(record, turns, events, page)
 
     async def commit_marked(self, writer: str, n: int) -> bool:

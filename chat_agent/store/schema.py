@@ -252,9 +252,39 @@ _V9 = (
     )""",
 )
 
+# Trees (conversations as trees: regenerate, edit and resend, branches). A visible message
+# names its parent (`parent_id`) and keeps its role in a column, so the active path and the
+# branch counts are read without parsing any message; the conversation names its active leaf.
+# A model-facing item names the visible message it belongs to (`node`) and the items it
+# replaces (`supersedes`, a JSON list: a summary, or a user message merged into what an
+# aborted turn left), so each path's model-facing history is read from one append-only list
+# (see tree.py). Existing conversations become single paths: each visible message's parent
+# is the one before it, the leaf the last, and the model-facing history belongs to that leaf.
+_V10 = (
+    "ALTER TABLE history_items ADD COLUMN parent_id TEXT",
+    "ALTER TABLE history_items ADD COLUMN role TEXT",
+    "ALTER TABLE history_items ADD COLUMN node TEXT",
+    "ALTER TABLE history_items ADD COLUMN supersedes TEXT",
+    "ALTER TABLE conversations ADD COLUMN leaf_id TEXT",
+    "UPDATE history_items SET role = json_extract(data, '$.role') WHERE history = 'visible'",
+    """UPDATE history_items SET parent_id = (
+        SELECT p.id FROM history_items p
+        WHERE p.conversation_id = history_items.conversation_id AND p.history = 'visible'
+            AND p.pos < history_items.pos
+        ORDER BY p.pos DESC LIMIT 1)
+    WHERE history = 'visible'""",
+    """UPDATE conversations SET leaf_id = (
+        SELECT h.id FROM history_items h
+        WHERE h.conversation_id = conversations.id AND h.history = 'visible'
+        ORDER BY h.pos DESC LIMIT 1)""",
+    """UPDATE history_items SET node = (
+        SELECT c.leaf_id FROM conversations c WHERE c.id = history_items.conversation_id)
+    WHERE history = 'model'""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
 # pg_schema.py holds PostgreSQL's, at the same version numbers.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

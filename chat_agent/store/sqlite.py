@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from chat_agent import clock
 from chat_agent.store import leases, reads, writes
+from chat_agent.store import tree as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
@@ -297,14 +298,21 @@ class SqliteStore(Store):
         return [ConversationRecord(*row) for row in await self._fetch(sql, (*params, limit))]
 
     async def load_history(
-        self, owner: str, conversation_id: str, history: History
+        self, owner: str, conversation_id: str, history: History, leaf: str | None = None
     ) -> list[HistoryItem]:
+        if history == "model":
+            return await self._read(lambda db: trees.run_sync(trees.read_model(owner, conversation_id, leaf), _executor(db)))
         rows = await self._fetch(reads.HISTORY, (conversation_id, owner, history))
         return [reads.item(row) for row in rows]
 
     async def history_page(
-        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int,
+        leaf: str | None = None,
     ) -> HistoryPage | None:
+        if history == "visible":
+            reading = trees.read_page(owner, conversation_id, before, limit, leaf)
+            return await self._read(lambda db: trees.run_sync(reading, _executor(db)))
+
         def page(db: sqlite3.Connection) -> HistoryPage | None:
             end = 2**62  # after any position
             if before is not None:
@@ -319,8 +327,14 @@ class SqliteStore(Store):
         return await self._read(page)
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        if history == "model":
+            return await self._read(lambda db: trees.run_sync(trees.read_model_size(owner, conversation_id),
+                                                             _executor(db)))
         rows = await self._fetch(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*rows[0])
+
+    async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
+        return await self._read(lambda db: trees.run_sync(trees.read_tree(owner, conversation_id), _executor(db)))
 
     async def events_after(
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
@@ -341,8 +355,7 @@ class SqliteStore(Store):
                 first = min(turn.first_seq for turn in turns) - 1
                 events = [EventRecord(*row) for row in db.execute(reads.EVENTS, (conversation_id, owner, first, -1))
                           if row[1] <= record.last_seq]
-            rows = db.execute(reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1)).fetchall()
-            page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            page = trees.run_sync(trees.read_page(owner, conversation_id, None, limit), _executor(db))
             return LiveView(record, turns, events, page)
 
         return await self._read(view)
@@ -472,6 +485,10 @@ class SqliteStore(Store):
                 db.execute("COMMIT")
 
         return await self._run(read)
+
+
+def _executor(db: sqlite3.Connection) -> Callable[[str, Sequence[Any]], list[Any]]:
+    return lambda sql, params: db.execute(sql, params).fetchall()
 
 
 def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:

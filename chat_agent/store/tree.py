@@ -1,0 +1,303 @@
+"""Conversations as trees: the active path, branch places, and each path's model-facing history.
+
+The visible history is one append-only list of every message of every branch; each names its
+parent (`parent_id`), and the conversation names the last message of its active path
+(`leaf_id`). Paths are walked here, in memory, from light rows (no message is parsed): a
+conversation of 1,000 messages reads 1,000 short rows to find its path.
+
+The model-facing history is one append-only list too. Each item names the visible message
+it belongs to (`node`); a path's history is the items of the messages on that path, minus
+those that an item on it replaces (`supersedes`: a summary replaces the older items, a user
+message merged into the tool results an aborted turn left replaces that item). A summary
+belongs to the newest message it covers, so it is used on every path through that message,
+which is exactly the paths that share everything it covers. Messages of a path that have no
+model-facing items (a conversation imported, or a branch of one made before trees) are read
+as their visible text; a refused exchange is not.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable, Generator, Iterable, Sequence, TypeVar
+
+from chat_agent.store.reads import item
+from chat_agent.store.records import HistoryItem, HistoryPage, HistorySize
+
+_OWNED_ROWS = " FROM history_items h JOIN conversations c ON c.id = h.conversation_id WHERE c.id = ? AND c.owner = ?"
+TREE_ROWS = f"SELECT h.id, h.parent_id, h.role, h.pos, h.chars{_OWNED_ROWS} AND h.history = 'visible' ORDER BY h.pos"
+MODEL_ROWS = (f"SELECT h.id, h.tokens, h.chars, h.node, h.supersedes, h.pos{_OWNED_ROWS} AND h.history = 'model'"
+              " ORDER BY h.pos")
+LEAF = "SELECT leaf_id FROM conversations WHERE id = ? AND owner = ?"
+CHUNK = 500  # ids per `IN (...)` read
+ROOT = ""  # the stored parent of a first message (NULL: the message before it, see Tree)
+
+
+def items_by_id(count: int) -> str:
+    """Items of one history by id (the caller has checked the owner already)."""
+    marks = ", ".join("?" * count)
+    return ("SELECT h.id, h.data, h.tokens, h.chars, h.parent_id, h.node, h.supersedes FROM history_items h"
+            f" WHERE h.conversation_id = ? AND h.history = ? AND h.id IN ({marks})")
+
+
+def chunks(ids: Sequence[str]) -> Iterable[Sequence[str]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start:start + CHUNK]
+
+
+@dataclass(slots=True)
+class TreeNode:
+    id: str
+    parent_id: str | None
+    role: str | None
+    pos: int
+    chars: int
+
+
+class Tree:
+    """The visible messages' tree and the active leaf, from TREE_ROWS and LEAF."""
+
+    def __init__(self, rows: Iterable[Sequence[Any]], leaf: str | None):
+        self.nodes: dict[str, TreeNode] = {}
+        self.children: dict[str | None, list[str]] = {}
+        previous: str | None = None
+        for id, parent_id, role, pos, chars in rows:
+            # ROOT marks a first message; no parent at all, a message written without the
+            # tree in mind, which follows the one before it.
+            parent = None if parent_id == ROOT else previous if parent_id is None else parent_id
+            self.nodes[id] = TreeNode(id, parent, role, int(pos), int(chars))
+            previous = id
+        for node in self.nodes.values():  # rows come in position order: children too
+            self.children.setdefault(node.parent_id, []).append(node.id)
+        # A leaf that is not a message (none stored yet) falls back on the newest message.
+        self.leaf = leaf if leaf in self.nodes else (next(reversed(self.nodes)) if self.nodes else None)
+
+    def path(self, leaf: str | None = None) -> list[str]:
+        """Message ids from the root down to `leaf` (the active leaf by default)."""
+        at = self.leaf if leaf is None else leaf
+        path: list[str] = []
+        seen: set[str] = set()
+        while at is not None and at in self.nodes and at not in seen:
+            seen.add(at)
+            path.append(at)
+            at = self.nodes[at].parent_id
+        path.reverse()
+        return path
+
+    def branch(self, id: str) -> tuple[int, int]:
+        """The message's 1-based place among those that share its parent and role, and their count."""
+        node = self.nodes[id]
+        siblings = [s for s in self.children.get(node.parent_id, []) if self.nodes[s].role == node.role]
+        return siblings.index(id) + 1, len(siblings)
+
+    def latest_leaf(self, id: str) -> str:
+        """The most recent message with no children at or below `id`: where a switch to it lands."""
+        best: str | None = None
+        stack = [id]
+        while stack:
+            at = stack.pop()
+            kids = self.children.get(at, [])
+            if not kids and (best is None or self.nodes[at].pos > self.nodes[best].pos):
+                best = at
+            stack.extend(kids)
+        return best or id
+
+    def page(self, path: list[str], before: str | None, limit: int) -> tuple[list[str], bool] | None:
+        """At most `limit` ids of `path` just before `before` (the newest when None), and whether
+        older ones exist; None when `before` is not on the path."""
+        end = len(path)
+        if before is not None:
+            if before not in path:
+                return None
+            end = path.index(before)
+        start = max(0, end - limit)
+        return path[start:end], start > 0
+
+
+def place(tree: Tree, id: str) -> tuple[str | None, int, int]:
+    """A visible message's parent, and its place among its siblings with their count."""
+    return (tree.nodes[id].parent_id, *tree.branch(id))
+
+
+@dataclass(slots=True)
+class ModelRow:
+    id: str
+    tokens: int
+    chars: int
+    node: str | None
+    supersedes: tuple[str, ...]
+    pos: int
+
+
+def model_rows(rows: Iterable[Sequence[Any]]) -> list[ModelRow]:
+    return [ModelRow(id, int(tokens), int(chars), node, tuple(json.loads(sup)) if sup else (), int(pos))
+            for id, tokens, chars, node, sup, pos in rows]
+
+
+@dataclass(slots=True)
+class ModelPlan:
+    """A path's model-facing history, in order: ("model", item id) or ("visible", message id),
+    the latter to be read as the message's text."""
+
+    entries: list[tuple[str, str]]
+    size: HistorySize
+
+
+def plan_model(tree: Tree, path: list[str], rows: list[ModelRow]) -> ModelPlan:
+    depth = {id: n for n, id in enumerate(path)}
+    by_id = {row.id: row for row in rows}
+    included = [row for row in rows if row.node is None or row.node in depth]
+    covered = {row.node for row in included}
+    if None in covered:  # items written without the tree in mind: they are every path's history
+        covered = set(path)
+    replaced = {old for row in included for old in row.supersedes}
+    keys: dict[str, tuple[int, int]] = {}
+
+    def key(row: ModelRow) -> tuple[int, int]:
+        # An item that replaces others stands where the first of them stood.
+        if row.id not in keys:
+            own = (depth.get(row.node, -1), row.pos)
+            keys[row.id] = own  # a guard against cycles
+            keys[row.id] = min([own, *(key(by_id[old]) for old in row.supersedes if old in by_id)])
+        return keys[row.id]
+
+    ordered: list[tuple[tuple[int, int, int], tuple[str, str]]] = []
+    tokens = chars = 0
+    for row in included:
+        if row.id not in replaced:
+            ordered.append(((*key(row), 0), ("model", row.id)))
+            tokens, chars = tokens + row.tokens, chars + row.chars
+    for id in path:
+        if id not in covered:
+            node = tree.nodes[id]
+            ordered.append(((depth[id], -1, 0), ("visible", id)))
+            tokens, chars = tokens + synthetic_tokens(node.chars), chars + node.chars
+    ordered.sort(key=lambda pair: pair[0])
+    entries = [entry for _, entry in ordered]
+    return ModelPlan(entries, HistorySize(len(entries), tokens, chars))
+
+
+def synthetic_tokens(chars: int) -> int:
+    return chars // 4 + 4  # an estimate: the API's count replaces it after the next call
+
+
+def model_items(plan: ModelPlan, model: dict[str, HistoryItem], visible: dict[str, HistoryItem],
+                parents: dict[str, str | None]) -> list[HistoryItem]:
+    """The plan's items: stored ones as they are, messages without any as their text (a refused
+    reply and the message it refused left out), roles kept alternating."""
+    items: list[HistoryItem] = []
+    refused = {parents.get(id) for id, message in visible.items() if message.data.get("status") == "refusal"}
+    for kind, id in plan.entries:
+        if kind == "model":
+            if id in model:
+                items.append(model[id])
+            continue
+        message = visible.get(id)
+        if message is None or message.data.get("status") == "refusal" or id in refused:
+            continue
+        role = message.data.get("role", "user")
+        text = _text(message.data) or ("(no text)" if role == "assistant" else "(empty message)")
+        block = {"type": "text", "text": text}
+        if items and items[-1].data.get("role") == role:
+            last = items[-1]
+            merged = {"role": role, "content": [*_blocks(last.data["content"]), block]}
+            items[-1] = HistoryItem(last.id, merged, last.tokens + synthetic_tokens(len(text)),
+                                    last.chars + len(text), node=last.node, supersedes=last.supersedes)
+            continue
+        items.append(HistoryItem(f"v:{id}", {"role": role, "content": [block]}, synthetic_tokens(len(text)),
+                                 len(text), node=id))
+    return items
+
+
+def _blocks(content: Any) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+
+
+def _text(data: dict[str, Any]) -> str:
+    parts = data.get("parts")
+    if isinstance(parts, list):
+        texts = [p.get("text", "") for p in parts if isinstance(p, dict) and p.get("type") == "text"]
+        return "\n\n".join(t for t in texts if t)
+    content = data.get("content")
+    return content if isinstance(content, str) else ""
+
+
+# ---- reads, as generators that both backends drive (SQLite in its thread, PostgreSQL on its
+# connection), inside one read transaction: they yield (sql, params) and get the rows back.
+
+T = TypeVar("T")
+Reads = Generator[tuple[str, Sequence[Any]], list[Any], T]
+ACTIVE = None  # `leaf` of the reads below: the active path
+EMPTY = ROOT  # `leaf` of the reads below: the empty path (before the first message)
+
+
+def read_tree(owner: str, conversation_id: str) -> Reads[Tree | None]:
+    """The tree; None when the conversation does not exist for `owner`."""
+    found = yield LEAF, (conversation_id, owner)
+    if not found:
+        return None
+    rows = yield TREE_ROWS, (conversation_id, owner)
+    return Tree(rows, found[0][0])
+
+
+def read_items(conversation_id: str, history: str, ids: Sequence[str]) -> Reads[dict[str, HistoryItem]]:
+    found: dict[str, HistoryItem] = {}
+    for chunk in chunks(ids):
+        for row in (yield items_by_id(len(chunk)), (conversation_id, history, *chunk)):
+            got = item(row)
+            found[got.id] = got
+    return found
+
+
+def read_page(owner: str, conversation_id: str, before: str | None, limit: int,
+              leaf: str | None = ACTIVE) -> Reads[HistoryPage | None]:
+    """A page of the path that ends at `leaf`; None when `before` is not on it, or `leaf` is
+    not a message of the conversation."""
+    tree = yield from read_tree(owner, conversation_id)
+    if tree is None:
+        return None if before is not None else HistoryPage([], False)
+    if leaf is not None and leaf not in tree.nodes:
+        return None
+    found = tree.page(tree.path(leaf), before, limit)
+    if found is None:
+        return None
+    ids, more = found
+    items = yield from read_items(conversation_id, "visible", ids)
+    return HistoryPage([items[id] for id in ids if id in items], more, {id: place(tree, id) for id in ids})
+
+
+def read_model(owner: str, conversation_id: str, leaf: str | None = ACTIVE) -> Reads[list[HistoryItem]]:
+    """The model-facing history of the path that ends at `leaf`."""
+    tree = yield from read_tree(owner, conversation_id)
+    if tree is None:
+        return []
+    plan = plan_model(tree, tree.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))))
+    model = yield from read_items(conversation_id, "model", [id for kind, id in plan.entries if kind == "model"])
+    visible = yield from read_items(conversation_id, "visible",
+                                    [id for kind, id in plan.entries if kind == "visible"])
+    return model_items(plan, model, visible, {id: tree.nodes[id].parent_id for id in visible})
+
+
+def read_model_size(owner: str, conversation_id: str) -> Reads[HistorySize]:
+    tree = yield from read_tree(owner, conversation_id)
+    if tree is None:
+        return HistorySize()
+    return plan_model(tree, tree.path(), model_rows((yield MODEL_ROWS, (conversation_id, owner)))).size
+
+
+def run_sync(reads: Reads[T], execute: Callable[[str, Sequence[Any]], list[Any]]) -> T:
+    try:
+        sql, params = next(reads)
+        while True:
+            sql, params = reads.send(execute(sql, params))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def run_async(reads: Reads[T], execute: Callable[[str, Sequence[Any]], Awaitable[list[Any]]]) -> T:
+    try:
+        sql, params = next(reads)
+        while True:
+            sql, params = reads.send(await execute(sql, params))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
