@@ -17,7 +17,8 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
+                               "tree")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -159,6 +160,11 @@ def _legacy_parts(data: dict[str, Any]) -> list[Any]:
     return parts
 
 
+class BranchPlace(Model):
+    index: int = 1  # 1-based
+    count: int = 1
+
+
 class VisibleMessage(Model):
     """A message of the visible history. `parts` is the message; `content`, `thinking`,
     `toolCalls` and `attachments` are the 1.0 views of it, derived, so they cannot disagree."""
@@ -168,6 +174,12 @@ class VisibleMessage(Model):
     created_at: float
     status: MessageStatus = "complete"
     parts: list[Part] = Field(default_factory=list)
+    # PROTOCOL 1.2 trees: the message it answers or follows (None: the first), its place among
+    # the messages that share that parent and role, and (assistant) the artifact version
+    # current when it ended.
+    parent_id: str | None = None
+    branch: BranchPlace = Field(default_factory=lambda: BranchPlace())
+    artifact_index: int | None = Field(default=None, exclude_if=_omit_none)
 
     @model_validator(mode="before")
     @classmethod
@@ -258,6 +270,7 @@ class SessionFrame(ServerFrame):
     tools: list[ToolInfo] = Field(default_factory=list)
     running: bool = False
     pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
+    leaf_id: str | None = None  # the last message of the active path (1.2 trees)
     # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
     # as that the replies come from the offline demo model. Sent only when there is one.
     notice: str | None = Field(default=None, exclude_if=_omit_none)
@@ -413,6 +426,16 @@ class StatusFrame(ServerFrame):
     elapsed: float  # seconds since the turn began waiting on it
 
 
+class HistoryFrame(ServerFrame):
+    """The active path changed (`switch_branch`, or a regenerate or an edit that starts a
+    branch): its newest messages, as `session` sends them."""
+
+    type: Literal["history"] = "history"
+    leaf_id: str | None
+    messages: list[VisibleMessage] = Field(default_factory=list)
+    more_before: str | None = None
+
+
 class Pong(ServerFrame):
     seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
@@ -421,7 +444,7 @@ class Pong(ServerFrame):
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
           ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
-          StatusFrame, Pong],
+          StatusFrame, HistoryFrame, Pong],
     Field(discriminator="type"),
 ]
 
@@ -494,6 +517,22 @@ class MessageIn(ClientModel):
     settings: MessageSettings = Field(default_factory=MessageSettings)
     canvas: Canvas | None = None
     id: StrictStr | None = None
+    edit_of: StrictStr | None = None  # 1.2 trees: a user message this one is a new version of
+
+
+class RegenerateIn(ClientModel):
+    """Answer again the user message that `messageId` (an assistant message; default: the last
+    one of the active path) answered. `settings` and `id` as a message's (ours)."""
+
+    type: Literal["regenerate"]
+    message_id: StrictStr | None = None
+    settings: MessageSettings = Field(default_factory=MessageSettings)
+    id: StrictStr | None = None
+
+
+class SwitchBranchIn(ClientModel):
+    type: Literal["switch_branch"]
+    message_id: StrictStr
 
 
 class AbortIn(ClientModel):
@@ -532,11 +571,12 @@ class PingIn(ClientModel):
 
 
 AnyClientFrame = Annotated[
-    Union[MessageIn, AbortIn, ApproveIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
+    Union[MessageIn, AbortIn, ApproveIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn,
+          RegenerateIn, SwitchBranchIn],
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = frozenset({"message", "abort", "approve", "clear_context", "select_artifact_version",
-                          "edit_artifact", "resume", "ping"})
+                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)
 client_frames: TypeAdapter[AnyClientFrame] = TypeAdapter(AnyClientFrame)

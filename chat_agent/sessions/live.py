@@ -210,8 +210,9 @@ class LiveConversation:
             self._unload = None
         await self.manager.load()
 
-    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict]) -> None:
-        """Stores the turn's start and adds the user's message to both histories."""
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage | None, content: list[dict]) -> None:
+        """Stores the turn's start and adds the user's message to both histories (a regenerated
+        reply has none: it answers the message the active path ends at)."""
         first_seq = self._seq + 1
         ops: list[Op] = [StartTurn(TurnRecord(id=turn.id, conversation_id=self.id, owner=self.owner,
                                               message_id=turn.message_id, status="running",
@@ -220,13 +221,19 @@ class LiveConversation:
         if len(self._turn_starts) > KEEP_TURNS:
             ops.append(PruneEvents(self.owner, self.id, self._turn_starts.pop(0)))
         self._writer.submit(ops)
-        self.manager.add_visible(user)
-        self.manager.add_user(content)
+        if user is not None:
+            self.manager.add_visible(user)
+            self.manager.add_user(content)
+        turn.reply.parent_id = self.manager.leaf
+        self.manager.begin_reply(turn.message_id)
 
     def adopt_turn(self, turn: RunningTurn) -> None:
         """A turn cut off elsewhere, taken over to be closed here."""
         assert self.turn is None, "a conversation runs one turn at a time"
         self.turn = turn
+        if turn.reply.parent_id is None:
+            turn.reply.parent_id = self.manager.leaf
+        self.manager.begin_reply(turn.message_id)
 
     def knows_turn(self, turn_id: str) -> bool:
         """Whether a turn the store holds as running is not cut off at all: it runs here, or
@@ -386,7 +393,8 @@ class LiveConversation:
             approvals = self.turn.approvals.values() if self.turn is not None else ()
             frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
                                  artifact=self.canvas.state(), context=context, tools=tools, running=self.running,
-                                 pending_approvals=[info.model_copy() for info in approvals])
+                                 pending_approvals=[info.model_copy() for info in approvals],
+                                 leaf_id=self.manager.leaf)
             reply = self.reply()
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 

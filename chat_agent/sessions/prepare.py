@@ -25,7 +25,7 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
+from chat_agent.protocol import Highlight, MessageIn, MessageSettings, QuickAction, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.turn import Prepared
@@ -111,14 +111,32 @@ class TurnPreparer:
         """The turn, the user's message as the visible history keeps it, and its content as
         the model reads it."""
         plan = await self._plan(live, message)
-        model = self._settings.allowed(message.settings.model or self._settings.model)
-        if model is None:
-            raise FrameRejected("invalid_frame", f"Model {message.settings.model!r} is not available here; choose one of: "
-                                                 + ", ".join(self._settings.models))
+        self._model(message.settings)
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
+        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
+                              attachments=attached.visible)
+        content = _model_content(live, plan, attached.blocks)
+        return Prepared(await self._turn(live, plan, message.settings, content), user, content)
+
+    async def prepare_again(self, live: LiveConversation, settings: MessageSettings) -> Prepared:
+        """A turn that answers again the user message the active path ends at (regenerate):
+        no new message, the history as it is."""
+        self._model(settings)
+        return Prepared(await self._turn(live, Plan(request="", visible=""), settings, []), None, [])
+
+    def _model(self, settings: MessageSettings) -> str:
+        model = self._settings.allowed(settings.model or self._settings.model)
+        if model is None:
+            raise FrameRejected("invalid_frame", f"Model {settings.model!r} is not available here; choose one of: "
+                                                 + ", ".join(self._settings.models))
+        return model
+
+    async def _turn(self, live: LiveConversation, plan: Plan, settings: MessageSettings,
+                    content: list[dict[str, Any]]) -> Turn:
+        model = self._model(settings)
         memories = await self._memories.load(live.owner)
         registry = self._agent.registry
-        tools = registry.schemas(self._tool_names(message))
+        tools = registry.schemas(self._tool_names(settings))
         system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
                                memories=render_memories(memories) if plan.reflections else None)
         counter = self._counter
@@ -126,22 +144,18 @@ class TurnPreparer:
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
                                 documents=self._documents, model=self._agent.model)
-        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
-                              attachments=attached.visible)
-        content = _model_content(live, plan, attached.blocks)
-        turn = Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
-                    thinking=message.settings.thinking and plan.tool_choice is None,  # the API refuses both at once
+        return Turn(owner=live.owner, conversation_id=live.id, model=model, system=system, tools=tools,
+                    thinking=settings.thinking and plan.tool_choice is None,  # the API refuses both at once
                     tool_choice=plan.tool_choice, window=plan.window, services=services,
                     # The span edit needs only the excerpt: sending the history along with a
                     # forced tool_choice would process all of it again, uncached.
                     focus=content if plan.highlight is not None else None,
                     # a message can add tools to the server's list, never take one off it
-                    approvals=ApprovalGate(self._settings.require_approval | set(message.settings.require_approval),
+                    approvals=ApprovalGate(self._settings.require_approval | set(settings.require_approval),
                                            self._settings.approval_timeout))
-        return Prepared(turn, user, content)
 
-    def _tool_names(self, message: MessageIn) -> list[str]:
-        wanted = message.settings
+    def _tool_names(self, settings: MessageSettings) -> list[str]:
+        wanted = settings
         names = self._agent.registry.enabled()
         if not wanted.web_search:
             names = [n for n in names if n != "web_search"]

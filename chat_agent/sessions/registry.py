@@ -183,7 +183,7 @@ class Registry:
         manager = ConversationManager(record.owner, record.id, store=self.store, size=size, counter=self._counter,
                                       writer=self.writer, summary_chars=self.settings.summary_chars,
                                       max_tokens=self.settings.max_context_tokens,
-                                      overhead=record.context_overhead)
+                                      overhead=record.context_overhead, leaf=record.leaf_id)
         canvas = Canvas(record.owner, record.id, artifact, self.writer, history_epoch=lambda: manager.epoch)
         return record, manager, canvas
 

@@ -138,10 +138,14 @@ async def messages(request: Request, hub: Hub, owner: str) -> Response:
     except ValueError as exc:
         return error(400, "invalid_request", str(exc))
     before = request.query_params.get("before") or None
+    leaf = request.query_params.get("leaf") or None  # 1.2 trees: any path, by its last message
     if await hub.store.get_conversation(owner, conversation_id) is None:
         return error(404, "not_found", "No such conversation.")
-    page = await hub.history_page(owner, conversation_id, before, limit)
+    page = await hub.history_page(owner, conversation_id, before, limit, leaf)
     if page is None:
+        if leaf is not None:
+            return error(404, "not_found", f"This conversation has no message {leaf!r} to end a path at, or "
+                                           f"{before!r} is not on that path.")
         return error(404, "not_found", f"This conversation has no message {before!r} (`before` takes a message id, "
                                        "e.g. `moreBefore`).")
     found, more_before = page

@@ -18,7 +18,7 @@ from chat_agent.sessions.commands import for_sender
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND
-from chat_agent.protocol import (CLIENT_TYPES, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
+from chat_agent.protocol import (CLIENT_TYPES, RegenerateIn, SwitchBranchIn, AbortIn, ApproveIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.store import StoreUnavailable
@@ -266,7 +266,7 @@ class Connection:
     async def _dispatch(self, frame: object) -> None:
         live, hub = self.live, self.hub
         match frame:
-            case MessageIn():
+            case MessageIn() | RegenerateIn():
                 try:
                     await self._quotas.start_turn(self.owner)
                 except QuotaExceeded as exc:
@@ -277,7 +277,8 @@ class Connection:
                 task = await hub.command(live, frame)
                 if task is not None:
                     task.add_done_callback(self._started)
-            case AbortIn() | ApproveIn() | ClearContextIn() | SelectArtifactVersionIn() | EditArtifactIn():
+            case AbortIn() | ApproveIn() | ClearContextIn() | SelectArtifactVersionIn() | EditArtifactIn() \
+                    | SwitchBranchIn():
                 await hub.command(live, frame)
             case ResumeIn(after_seq=after_seq):
                 if self._closing is None:
