@@ -24,7 +24,7 @@ from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from chat_agent.store import leases, reads, writes
-from chat_agent.store import tree as trees
+from chat_agent.store import tree_reads as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op

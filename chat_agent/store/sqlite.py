@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 from chat_agent import clock
 from chat_agent.store import leases, reads, writes
-from chat_agent.store import tree as trees
+from chat_agent.store import tree_reads as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
