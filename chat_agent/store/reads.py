@@ -15,8 +15,12 @@ from chat_agent import edits
 from chat_agent.store.base import StoreError
 from chat_agent.store.records import ArtifactVersionRecord, HistoryItem, MemoriesRecord, QuickActionRecord, TurnRecord
 
+# A conversation whose messages were written without naming a leaf (by a writer that knows
+# nothing of trees) has its newest message as its leaf.
 CONVERSATION = (
-    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead, leaf_id FROM conversations"
+    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead,"
+    " COALESCE(leaf_id, (SELECT h.id FROM history_items h WHERE h.conversation_id = conversations.id"
+    " AND h.history = 'visible' ORDER BY h.pos DESC LIMIT 1)) FROM conversations"
 )
 CONVERSATION_TAKEN = "SELECT 1 FROM conversations WHERE id = ?"
 # A total order (ids are unique), so a page can start exactly after the last row of the one
