@@ -283,6 +283,11 @@ _V10 = (
         ORDER BY h.pos DESC LIMIT 1)""",
     """UPDATE history_items h SET node = c.leaf_id FROM conversations c
     WHERE c.id = h.conversation_id AND h.history = 'model'""",
+    """UPDATE history_items h SET supersedes = (
+        SELECT CAST(json_agg(v.id ORDER BY v.pos) AS TEXT) FROM history_items v
+        WHERE v.conversation_id = h.conversation_id AND v.history = 'visible')
+    WHERE h.history = 'model' AND h.pos = (
+        SELECT MIN(m.pos) FROM history_items m WHERE m.conversation_id = h.conversation_id AND m.history = 'model')""",
 )
 
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;

@@ -280,6 +280,15 @@ _V10 = (
     """UPDATE history_items SET node = (
         SELECT c.leaf_id FROM conversations c WHERE c.id = history_items.conversation_id)
     WHERE history = 'model'""",
+    # ...and stands for every message of that path (named by its first item): a branch from
+    # the path reads the messages' text instead, since this history is the whole path's.
+    """UPDATE history_items SET supersedes = (
+        SELECT json_group_array(v.id) FROM (
+            SELECT id FROM history_items
+            WHERE conversation_id = history_items.conversation_id AND history = 'visible' ORDER BY pos) v)
+    WHERE history = 'model' AND pos = (
+        SELECT MIN(m.pos) FROM history_items m
+        WHERE m.conversation_id = history_items.conversation_id AND m.history = 'model')""",
 )
 
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.

@@ -130,7 +130,10 @@ def plan_model(tree: Tree, path: list[str], rows: list[ModelRow]) -> ModelPlan:
     depth = {id: n for n, id in enumerate(path)}
     by_id = {row.id: row for row in rows}
     included = [row for row in rows if row.node is None or row.node in depth]
-    covered = {row.node for row in included}
+    # An item may name messages among what it replaces: it stands for them (the history from
+    # before trees stands for every message of the path it was written on).
+    covered = {row.node for row in included} | {old for row in included for old in row.supersedes
+                                                if old in tree.nodes}
     if None in covered:  # items written without the tree in mind: they are every path's history
         covered = set(path)
     replaced = {old for row in included for old in row.supersedes}
