@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
+from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
 from tests.support import connect, recv, send, text_of, until
 
 
@@ -129,3 +130,44 @@ async def test_regenerate_edit_and_switch_branches(make_server, fake_anthropic, 
     request = texts(fake_anthropic.last_main.body)
     assert request[-1].endswith("Question two, edited") and "Edited answer." not in request
     await ws.close()
+
+
+async def test_regenerate_on_a_second_instance_and_a_reconnect_mid_regenerate(instances, fake_anthropic):
+    """A on PostgreSQL owns the conversation; `regenerate` and `switch_branch` sent on B are
+    forwarded to it (or B takes the conversation over), and a socket that reconnects in the
+    middle of a regenerated reply resumes by seq without a gap."""
+    a, b = instances(2)
+    ws_a, session = await connect(a)
+    cid = session["conversationId"]
+    frames = await turn(ws_a, fake_anthropic, Reply("First reply."), type="message", content="Tell me something")
+    first = reply_id(frames)
+
+    ws_b, session_b = await connect(b, cid)
+    assert session_b["leafId"] == first
+    fake_anthropic.enqueue(Reply("Second reply, streamed slowly in pieces. " * 6, chunk_size=6, delay=0.02))
+    await send(ws_b, type="regenerate")
+    got = await until(ws_b, "content_chunk", timeout=30)
+    await ws_b.close()  # mid-reply
+    seq = max(f["seq"] for f in got if "seq" in f)
+    ws_b, _ = await connect(b, cid)
+    await send(ws_b, type="resume", afterSeq=seq)
+    rest = await until(ws_b, "done", timeout=30)
+    seqs = [f["seq"] for f in got + rest if "seq" in f]
+    assert seqs == list(range(seqs[0], seqs[-1] + 1))  # no gap, no repeat
+    assert text_of(got + rest).startswith("Second reply")
+    second = reply_id(rest)
+    assert texts(fake_anthropic.last_main.body)[-1] == "Tell me something"
+    assert "First reply." not in texts(fake_anthropic.last_main.body)
+
+    # the tree as both instances see it
+    for server in (a, b):
+        status, tree = server.get(f"/api/conversations/{cid}/tree")
+        assert status == 200 and tree["leafId"] == second
+        assert [m["parentId"] for m in tree["messages"] if m["role"] == "assistant"] == [tree["messages"][0]["id"]] * 2
+    await send(ws_b, type="switch_branch", messageId=first)
+    history = (await until(ws_b, "history", timeout=30))[-1]
+    assert history["leafId"] == first and history["messages"][-1]["branch"] == {"index": 1, "count": 2}
+    ws_c, session_c = await connect(a, cid)
+    assert session_c["leafId"] == first and session_c["messages"][-1]["content"] == "First reply."
+    for ws in (ws_a, ws_b, ws_c):
+        await ws.close()
