@@ -171,3 +171,21 @@ async def test_regenerate_on_a_second_instance_and_a_reconnect_mid_regenerate(in
     assert session_c["leafId"] == first and session_c["messages"][-1]["content"] == "First reply."
     for ws in (ws_a, ws_b, ws_c):
         await ws.close()
+
+
+async def test_a_conversation_is_stored_at_its_first_message(make_server, fake_anthropic, tmp_path):
+    server = make_server(tmp_path / "data")
+    ws, session = await connect(server)  # a fresh page: nothing is stored
+    idle = session["conversationId"]
+    await ws.close()
+    assert idle not in [c["id"] for c in server.get("/api/conversations")[1]["conversations"]]
+    assert server.get(f"/api/conversations/{idle}")[0] == 404
+    ws, session = await connect(server)
+    cid = session["conversationId"]
+    await send(ws, type="message", content="   ")  # refused: still nothing stored
+    error = (await until(ws, "error"))[-1]
+    assert error["code"] == "empty_message", error
+    assert cid not in [c["id"] for c in server.get("/api/conversations")[1]["conversations"]]
+    await turn(ws, fake_anthropic, Reply("Hello."), type="message", content="Hi")
+    assert [c["id"] for c in server.get("/api/conversations")[1]["conversations"]] == [cid]
+    await ws.close()

@@ -25,7 +25,7 @@ from chat_agent.sessions.follow import UNKNOWN_TURN, Follower
 from chat_agent.sessions.messages import Committed, Status
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.sessions.turn import RunningTurn
-from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, HistoryPage, Op, PruneEvents,
+from chat_agent.store import (AppendEvents, ConversationRecord, CreateConversation, EventRecord, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
@@ -82,6 +82,9 @@ class LiveConversation:
         self._recovering = False  # being brought back in line with the store
         self._recovery_waiters: list[asyncio.Future[None]] = []  # `until_recovered`
         self._unload: asyncio.TimerHandle | None = None
+        # A new conversation is stored with its first message, not when a socket opens on it
+        # (PROTOCOL 1.2): what creates it, until then.
+        self.unstored: CreateConversation | None = None
 
     @property
     def seq(self) -> int:
@@ -185,6 +188,12 @@ class LiveConversation:
         self.manager.clear()
         self.publish(ContextCleared())
         self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
+
+    def store_now(self) -> None:
+        """Stores a new conversation (before its first message and what that message links)."""
+        if self.unstored is not None:
+            self._writer.submit([self.unstored])
+            self.unstored = None
 
     # ---- the turn ---------------------------------------------------------------------------
 

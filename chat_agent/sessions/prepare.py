@@ -112,6 +112,7 @@ class TurnPreparer:
         the model reads it."""
         plan = await self._plan(live, message)
         self._model(message.settings)
+        live.store_now()  # a message that is not refused creates the conversation, before what it links
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
