@@ -18,7 +18,7 @@ from chat_agent import edits
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
 FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                               "tree")
+                               "tree", "search")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -530,6 +530,14 @@ class RegenerateIn(ClientModel):
     id: StrictStr | None = None
 
 
+class RenameIn(ClientModel):
+    """Ours (PROTOCOL.md leaves room): renames the conversation; a `title` frame follows. What
+    `PATCH /api/conversations/{id}` sends to the instance that owns the conversation."""
+
+    type: Literal["rename"]
+    title: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
 class SwitchBranchIn(ClientModel):
     type: Literal["switch_branch"]
     message_id: StrictStr
@@ -572,11 +580,11 @@ class PingIn(ClientModel):
 
 AnyClientFrame = Annotated[
     Union[MessageIn, AbortIn, ApproveIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn,
-          RegenerateIn, SwitchBranchIn],
+          RegenerateIn, SwitchBranchIn, RenameIn],
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = frozenset({"message", "abort", "approve", "clear_context", "select_artifact_version",
-                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch"})
+                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch", "rename"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)
 client_frames: TypeAdapter[AnyClientFrame] = TypeAdapter(AnyClientFrame)

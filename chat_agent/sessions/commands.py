@@ -15,7 +15,8 @@ import logging
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContextIn, EditArtifactIn, ErrorFrame,
-                                 MessageIn, RegenerateIn, SelectArtifactVersionIn, SwitchBranchIn, client_frames)
+                                 MessageIn, RegenerateIn, RenameIn, SelectArtifactVersionIn, SwitchBranchIn,
+                                 client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.branches import Branches
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
@@ -197,6 +198,8 @@ class Commands:
                     return self._start_turn(live, frame)
                 case SwitchBranchIn(message_id=message_id):
                     await self._branches.switch(live, message_id)
+                case RenameIn(title=title):
+                    live.set_title(" ".join(title.split()) or title)
                 case AbortIn():
                     await live.abort()
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):

@@ -29,6 +29,7 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
 
@@ -170,6 +171,13 @@ class Store(ABC):
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
         """How many items one history holds and their tokens and characters (zeros when the
         conversation is not the owner's); the model-facing one: of the active path."""
+
+    @abstractmethod
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        """The owner's conversations whose title or messages (of every branch) hold all of
+        `terms` (words), best match first (ties by id), one hit per conversation: `limit`
+        of them after the first `offset`."""
 
     @abstractmethod
     async def tree(self, owner: str, conversation_id: str) -> Tree | None:

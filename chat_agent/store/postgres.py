@@ -43,6 +43,7 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
 
@@ -292,6 +293,17 @@ class PostgresStore(Store):
         rows = await self._read(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*(int(n) for n in rows[0]))
 
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        if not terms:
+            return []
+        async with self._snapshot() as conn:
+            hits = await (await conn.execute(_SEARCH, (" ".join(terms), owner, limit, offset))).fetchall()
+            ids = [h[0] for h in hits]
+            records = await _rows(conn, f"{reads.CONVERSATION} WHERE owner = ? AND id = ANY(?)", (owner, ids))
+        by_id = {row[0]: ConversationRecord(*row) for row in records}
+        return [SearchHit(by_id[cid], message_id or None, snippet) for cid, message_id, snippet in hits if cid in by_id]
+
     async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
         return await self._tree_read(trees.read_tree(owner, conversation_id))
 
@@ -407,6 +419,21 @@ class PostgresStore(Store):
                 yield conn
             finally:
                 await conn.execute("COMMIT")
+
+
+# ts_rank: higher is better. The best document of each conversation, then the conversations by
+# it; ts_headline (costly: it reads the text again) only for the page's.
+_SEARCH = (
+    "WITH q AS (SELECT plainto_tsquery('simple', $1) AS q),"
+    " hits AS (SELECT d.conversation_id, d.message_id, d.body, ts_rank(d.tsv, q.q) AS rank FROM search_docs d, q"
+    " WHERE d.owner = $2 AND d.tsv @@ q.q),"
+    " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank DESC, message_id) AS n"
+    " FROM hits),"
+    " page AS (SELECT * FROM best WHERE n = 1 ORDER BY rank DESC, conversation_id LIMIT $3 OFFSET $4)"
+    " SELECT p.conversation_id, p.message_id,"
+    " ts_headline('simple', p.body, q.q, 'StartSel=\"\", StopSel=\"\", MaxWords=24, MinWords=8, MaxFragments=1')"
+    " FROM page p, q ORDER BY p.rank DESC, p.conversation_id"
+)
 
 
 async def _rows(conn: _Connection, sql: str, params: Sequence[Any]) -> list[Any]:

@@ -180,3 +180,13 @@ class LiveView:
     turns: list[TurnRecord]
     events: list[EventRecord]  # from the first running turn's first seq to `last_seq`
     page: HistoryPage
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """A conversation that matches a search, with its best match: a message of any branch
+    (`message_id`), or its title (None); `snippet` is the matching text around the words."""
+
+    record: ConversationRecord
+    message_id: str | None
+    snippet: str

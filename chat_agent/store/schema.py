@@ -291,6 +291,64 @@ _V10 = (
         WHERE m.conversation_id = history_items.conversation_id AND m.history = 'model')""",
 )
 
+# Search (PROTOCOL 1.2 "Find, rename, move conversations"): one document per visible message
+# of every branch (its text parts) and one per title (message_id ''), kept by triggers so no
+# way of writing a message or a title leaves the index behind; FTS5 indexes them (external
+# content: the text is stored once, in search_docs). Existing messages and titles are indexed here.
+_SEARCH = (
+    """CREATE TABLE search_docs (
+        id INTEGER PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        message_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        body TEXT NOT NULL,
+        UNIQUE (conversation_id, message_id)
+    )""",
+    "CREATE VIRTUAL TABLE search_fts USING fts5(body, content='search_docs', content_rowid='id',"
+    " tokenize='unicode61 remove_diacritics 2')",
+    """CREATE TRIGGER search_docs_insert AFTER INSERT ON search_docs BEGIN
+        INSERT INTO search_fts (rowid, body) VALUES (NEW.id, NEW.body);
+    END""",
+    """CREATE TRIGGER search_docs_delete AFTER DELETE ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', OLD.id, OLD.body);
+    END""",
+    """CREATE TRIGGER search_docs_update AFTER UPDATE OF body ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', OLD.id, OLD.body);
+        INSERT INTO search_fts (rowid, body) VALUES (NEW.id, NEW.body);
+    END""",
+    f"""CREATE TRIGGER history_items_search_insert AFTER INSERT ON history_items
+    WHEN NEW.history = 'visible' BEGIN
+        INSERT INTO search_docs (conversation_id, message_id, owner, body)
+        SELECT NEW.conversation_id, NEW.id, c.owner, {"{text}"} FROM conversations c WHERE c.id = NEW.conversation_id
+        ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+    END""",
+    f"""CREATE TRIGGER history_items_search_update AFTER UPDATE OF data ON history_items
+    WHEN NEW.history = 'visible' BEGIN
+        UPDATE search_docs SET body = {"{text}"}
+        WHERE conversation_id = NEW.conversation_id AND message_id = NEW.id;
+    END""",
+    """CREATE TRIGGER history_items_search_delete AFTER DELETE ON history_items
+    WHEN OLD.history = 'visible' BEGIN
+        DELETE FROM search_docs WHERE conversation_id = OLD.conversation_id AND message_id = OLD.id;
+    END""",
+    """CREATE TRIGGER conversations_search_title AFTER UPDATE OF title ON conversations BEGIN
+        DELETE FROM search_docs WHERE conversation_id = NEW.id AND message_id = '' AND NEW.title IS NULL;
+        INSERT INTO search_docs (conversation_id, message_id, owner, body)
+        SELECT NEW.id, '', NEW.owner, NEW.title WHERE NEW.title IS NOT NULL
+        ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+    END""",
+    f"""INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT h.conversation_id, h.id, c.owner, {"{old_text}"} FROM history_items h
+    JOIN conversations c ON c.id = h.conversation_id WHERE h.history = 'visible'""",
+    """INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT id, '', owner, title FROM conversations WHERE title IS NOT NULL""",
+)
+# A visible message's text: its text parts (rows from before parts: `content`).
+_TEXT = ("COALESCE((SELECT group_concat(json_extract(p.value, '$.text'), ' ') FROM json_each({row}.data, '$.parts') p"
+         " WHERE json_extract(p.value, '$.type') = 'text'), json_extract({row}.data, '$.content'), '')")
+_V10 = _V10 + tuple(statement.replace("{text}", _TEXT.format(row="NEW")).replace("{old_text}", _TEXT.format(row="h"))
+                    for statement in _SEARCH)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
 # pg_schema.py holds PostgreSQL's, at the same version numbers.
 MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)

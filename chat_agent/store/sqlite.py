@@ -56,6 +56,7 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
 from chat_agent.store.schema import PRAGMAS, migrate
@@ -333,6 +334,16 @@ class SqliteStore(Store):
         rows = await self._fetch(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*rows[0])
 
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+        def search(db: sqlite3.Connection) -> list[SearchHit]:
+            hits = db.execute(_SEARCH, (match, owner, limit, offset)).fetchall()
+            return _search_hits(hits, db.execute(_conversations(len(hits)), (owner, *(h[0] for h in hits))).fetchall())
+
+        return await self._read(search) if terms else []
+
     async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
         return await self._read(lambda db: trees.run_sync(trees.read_tree(owner, conversation_id), _executor(db)))
 
@@ -485,6 +496,25 @@ class SqliteStore(Store):
                 db.execute("COMMIT")
 
         return await self._run(read)
+
+
+# bm25: lower is better. The best document of each conversation, then the conversations by it.
+_SEARCH = (
+    "WITH hits AS (SELECT d.conversation_id, d.message_id,"
+    " snippet(search_fts, 0, '', '', '…', 16) AS snippet, bm25(search_fts) AS rank"
+    " FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?1 AND d.owner = ?2),"
+    " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank, message_id) AS n FROM hits)"
+    " SELECT conversation_id, message_id, snippet FROM best WHERE n = 1 ORDER BY rank, conversation_id LIMIT ?3 OFFSET ?4"
+)
+
+
+def _conversations(count: int) -> str:
+    return f"{reads.CONVERSATION} WHERE owner = ? AND id IN ({', '.join('?' * count)})"
+
+
+def _search_hits(hits: Sequence[Sequence[Any]], records: Sequence[Sequence[Any]]) -> list[SearchHit]:
+    by_id = {row[0]: ConversationRecord(*row) for row in records}
+    return [SearchHit(by_id[cid], message_id or None, snippet) for cid, message_id, snippet in hits if cid in by_id]
 
 
 def _executor(db: sqlite3.Connection) -> Callable[[str, Sequence[Any]], list[Any]]:

@@ -126,23 +126,38 @@ class ModelPlan:
     size: HistorySize
 
 
-def plan_model(tree: Tree, path: list[str], rows: list[ModelRow]) -> ModelPlan:
+def plan_model(tree: Tree, path: list[str], rows: list[ModelRow], active: bool = True) -> ModelPlan:
+    """`active`: `path` is the active path, whose running reply (not a visible message until
+    it ends, or until a cut turn is closed) owns the items of no message yet."""
     depth = {id: n for n, id in enumerate(path)}
     by_id = {row.id: row for row in rows}
+    running = {row.node for row in rows if active and row.node is not None and row.node not in tree.nodes}
+    for node in running:
+        depth[node] = len(path)  # after the whole path
     included = [row for row in rows if row.node is None or row.node in depth]
     # An item may name messages among what it replaces: it stands for them (the history from
     # before trees stands for every message of the path it was written on).
     covered = {row.node for row in included} | {old for row in included for old in row.supersedes
                                                 if old in tree.nodes}
+    covered -= running
     if None in covered:  # items written without the tree in mind: they are every path's history
         covered = set(path)
     replaced = {old for row in included for old in row.supersedes}
     keys: dict[str, tuple[int, int]] = {}
 
+    # An item of no message (written without the tree in mind) stands after what was written
+    # before it.
+    after: dict[str, int] = {}
+    last = -1
+    for row in rows:
+        if row.node in depth:
+            last = max(last, depth[row.node])
+        after[row.id] = last
+
     def key(row: ModelRow) -> tuple[int, int]:
         # An item that replaces others stands where the first of them stood.
         if row.id not in keys:
-            own = (depth.get(row.node, -1), row.pos)
+            own = (depth[row.node] if row.node in depth else after[row.id], row.pos)
             keys[row.id] = own  # a guard against cycles
             keys[row.id] = min([own, *(key(by_id[old]) for old in row.supersedes if old in by_id)])
         return keys[row.id]

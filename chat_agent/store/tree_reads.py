@@ -74,7 +74,8 @@ def read_model(owner: str, conversation_id: str, leaf: str | None = ACTIVE) -> R
     tree = yield from read_tree(owner, conversation_id)
     if tree is None:
         return []
-    plan = plan_model(tree, tree.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))))
+    plan = plan_model(tree, tree.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))),
+                      active=leaf is None or leaf == tree.leaf)
     model = yield from read_items(conversation_id, "model", [id for kind, id in plan.entries if kind == "model"])
     visible = yield from read_items(conversation_id, "visible",
                                     [id for kind, id in plan.entries if kind == "visible"])
