@@ -199,7 +199,7 @@ class Commands:
                 case SwitchBranchIn(message_id=message_id):
                     await self._branches.switch(live, message_id)
                 case RenameIn(title=title):
-                    live.set_title(" ".join(title.split()) or title)
+                    live.set_title(title)
                 case AbortIn():
                     await live.abort()
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):
