@@ -339,7 +339,9 @@ class SqliteStore(Store):
         match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
 
         def search(db: sqlite3.Connection) -> list[SearchHit]:
-            hits = db.execute(_SEARCH, (match, owner, limit, offset)).fetchall()
+            page = db.execute(_SEARCH, (match, owner, limit, offset)).fetchall()
+            snippets = dict(db.execute(_snippets(len(page)), (match, *(h[2] for h in page))).fetchall())
+            hits = [(cid, message_id, snippets.get(rowid, "")) for cid, message_id, rowid in page]
             return _search_hits(hits, db.execute(_conversations(len(hits)), (owner, *(h[0] for h in hits))).fetchall())
 
         return await self._read(search) if terms else []
@@ -498,14 +500,19 @@ class SqliteStore(Store):
         return await self._run(read)
 
 
-# bm25: lower is better. The best document of each conversation, then the conversations by it.
+# bm25: lower is better. The best document of each conversation, then the conversations by it;
+# snippets (costly: each reads its document again) only for the page's, in a second statement.
 _SEARCH = (
-    "WITH hits AS (SELECT d.conversation_id, d.message_id,"
-    " snippet(search_fts, 0, '', '', '…', 16) AS snippet, bm25(search_fts) AS rank"
+    "WITH hits AS (SELECT d.id, d.conversation_id, d.message_id, bm25(search_fts) AS rank"
     " FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?1 AND d.owner = ?2),"
     " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank, message_id) AS n FROM hits)"
-    " SELECT conversation_id, message_id, snippet FROM best WHERE n = 1 ORDER BY rank, conversation_id LIMIT ?3 OFFSET ?4"
+    " SELECT conversation_id, message_id, id FROM best WHERE n = 1 ORDER BY rank, conversation_id LIMIT ?3 OFFSET ?4"
 )
+
+
+def _snippets(count: int) -> str:
+    return ("SELECT rowid, snippet(search_fts, 0, '', '', '…', 16) FROM search_fts WHERE search_fts MATCH ?"
+            f" AND rowid IN ({', '.join('?' * count)})")
 
 
 def _conversations(count: int) -> str:
