@@ -230,7 +230,8 @@ class Hub:
         None if it was deleted meanwhile."""
         await live.until_recovered()
         frame = None
-        if not self.bus.shared or self.ownership.holds(live.id):
+        # Not stored yet (no message): only this instance knows it, as its memory has it.
+        if not self.bus.shared or self.ownership.holds(live.id) or live.unstored is not None:
             frame = await live.snapshot(self.tools(), shared=self.bus.shared)
         if frame is None:
             await self.writer.flush()  # what this instance wrote (a conversation it just created, say)

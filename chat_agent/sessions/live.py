@@ -117,6 +117,7 @@ class LiveConversation:
         self._deltas.interrupt()
 
     def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
+        self.store_now()  # a frame of its log: the conversation exists from now on
         self._seq += 1
         seq = self._seq
         frame.conversation_id = self.id
