@@ -9,7 +9,7 @@ current one (versions stay append-only: only the current index moves), and publi
 
 from __future__ import annotations
 
-from chat_agent.protocol import HistoryFrame, MessageIn, RegenerateIn
+from chat_agent.protocol import ContextUpdate, HistoryFrame, MessageIn, RegenerateIn
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.pages import SESSION_MESSAGES
@@ -55,7 +55,11 @@ class Branches:
         if message_id not in tree.nodes:
             raise FrameRejected("not_found", f"No message {message_id!r} in this conversation.")
         await self._move(live, tree, tree.latest_leaf(message_id))
-        await live.load()  # the context size clients are shown is the new path's
+        # The context size is the new path's: read, told, and the history let go again.
+        await live.load()
+        if not live.busy:
+            live.manager.release()
+        live.publish(ContextUpdate(tokens=live.manager.tokens, max_tokens=live.manager.max_tokens))
 
     async def _tree(self, live: LiveConversation) -> Tree:
         await self._writer.flush()  # a message stored a moment ago is part of the tree
