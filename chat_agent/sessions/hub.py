@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 SETTLE_WAIT = 10.0  # seconds a stopping instance waits for its background work
 SNAPSHOT_READS = 20  # a follower's `session` read again while the store lags what it delivered
-WHOLE_PATH = 2**31  # `GET /api/conversations/{id}`: the whole active path in one page
 
 
 class Hub:
@@ -201,7 +200,7 @@ class Hub:
         live = self.live(owner, conversation_id)
         reply = live.reply() if live is not None else None
         await self.writer.flush()  # what was said a moment ago is in the store once committed
-        page = await self.store.history_page(owner, conversation_id, "visible", None, WHOLE_PATH)
+        page = await self.store.history_page(owner, conversation_id, "visible", None, 2**31)  # the whole path
         messages = visible_page(page, None)[0] if page is not None else []  # the active path
         if reply is not None and all(m.id != reply.id for m in messages):  # it may have ended meanwhile
             messages.append(reply)
@@ -230,7 +229,7 @@ class Hub:
         None if it was deleted meanwhile."""
         await live.until_recovered()
         frame = None
-        # Not stored yet (no message): only this instance knows it, as its memory has it.
+        # Not stored yet (no message): only this instance knows it, from memory.
         if not self.bus.shared or self.ownership.holds(live.id) or live.unstored is not None:
             frame = await live.snapshot(self.tools(), shared=self.bus.shared)
         if frame is None:

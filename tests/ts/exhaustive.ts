@@ -56,6 +56,9 @@ export function describe(frame: ServerFrame): string {
     case "status":
       // 1.2 "Live status": never in the event log, so no seq; messageId only when about a reply.
       return `${frame.state} ${frame.elapsed.toFixed(1)} ${frame.detail}${frame.messageId == null ? "" : ` ${frame.messageId}`}`;
+    case "history":
+      // 1.2 trees: the active path changed.
+      return `path to ${frame.leafId ?? "the start"}: ${frame.messages.length}${frame.moreBefore == null ? "" : "+"}`;
     case "pong":
       return "pong";
     default:
@@ -96,6 +99,12 @@ export function encode(frame: ClientFrame): string {
       return `resume ${frame.afterSeq + 0}`;
     case "approve":
       return `approve ${frame.toolId} ${frame.approved ? "yes" : "no"}${frame.message ?? ""}`;
+    case "regenerate":
+      return `regenerate ${frame.messageId ?? "the last reply"}`;
+    case "switch_branch":
+      return `switch to ${frame.messageId}`;
+    case "rename":
+      return `rename ${frame.title}`;
     default:
       return unhandled(frame);
   }
