@@ -18,7 +18,7 @@ from chat_agent import edits
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
 FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                             "continuation", "plan", "review")
+                             "continuation", "plan", "review", "tree", "search")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -212,6 +212,11 @@ def _legacy_parts(data: dict[str, Any]) -> list[Any]:
     return parts
 
 
+class BranchPlace(Model):
+    index: int = 1  # 1-based
+    count: int = 1
+
+
 class VisibleMessage(Model):
     """A message of the visible history. `parts` is the message; `content`, `thinking`,
     `toolCalls` and `attachments` are the 1.0 views of it, derived, so they cannot disagree."""
@@ -221,6 +226,12 @@ class VisibleMessage(Model):
     created_at: float
     status: MessageStatus = "complete"
     parts: list[Part] = Field(default_factory=list)
+    # PROTOCOL 1.2 trees: the message it answers or follows (None: the first), its place among
+    # the messages that share that parent and role, and (assistant) the artifact version
+    # current when it ended.
+    parent_id: str | None = None
+    branch: BranchPlace = Field(default_factory=lambda: BranchPlace())
+    artifact_index: int | None = Field(default=None, exclude_if=_omit_none)
 
     @model_validator(mode="before")
     @classmethod
@@ -313,6 +324,7 @@ class SessionFrame(ServerFrame):
     pending_approvals: list[ApprovalInfo] = Field(default_factory=list)  # asked and not answered yet
     plan: list[PlanStep] | None = None  # 1.2 "Plans": the running or last turn's latest steps
     pending_reviews: list[ReviewInfo] = Field(default_factory=list)  # 1.2 "Review": asked and not answered yet
+    leaf_id: str | None = None  # the last message of the active path (1.2 trees)
     # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
     # as that the replies come from the offline demo model. Sent only when there is one.
     notice: str | None = Field(default=None, exclude_if=_omit_none)
@@ -504,6 +516,16 @@ class StatusFrame(ServerFrame):
     elapsed: float  # seconds since the turn began waiting on it
 
 
+class HistoryFrame(ServerFrame):
+    """The active path changed (`switch_branch`, or a regenerate or an edit that starts a
+    branch): its newest messages, as `session` sends them."""
+
+    type: Literal["history"] = "history"
+    leaf_id: str | None
+    messages: list[VisibleMessage] = Field(default_factory=list)
+    more_before: str | None = None
+
+
 class Pong(ServerFrame):
     seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
@@ -511,8 +533,8 @@ class Pong(ServerFrame):
 
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
-          ReviewFrame, ReviewRequest, ReviewDecided, ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
-          StatusFrame, Pong],
+          ReviewFrame, ReviewRequest, ReviewDecided, ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate,
+          ContextCleared, Done, ErrorFrame, StatusFrame, HistoryFrame, Pong],
     Field(discriminator="type"),
 ]
 
@@ -593,6 +615,30 @@ class MessageIn(ClientModel):
     settings: MessageSettings = Field(default_factory=MessageSettings)
     canvas: Canvas | None = None
     id: StrictStr | None = None
+    edit_of: StrictStr | None = None  # 1.2 trees: a user message this one is a new version of
+
+
+class RegenerateIn(ClientModel):
+    """Answer again the user message that `messageId` (an assistant message; default: the last
+    one of the active path) answered. `settings` and `id` as a message's (ours)."""
+
+    type: Literal["regenerate"]
+    message_id: StrictStr | None = None
+    settings: MessageSettings = Field(default_factory=MessageSettings)
+    id: StrictStr | None = None
+
+
+class RenameIn(ClientModel):
+    """Ours (PROTOCOL.md leaves room): renames the conversation; a `title` frame follows. What
+    `PATCH /api/conversations/{id}` sends to the instance that owns the conversation."""
+
+    type: Literal["rename"]
+    title: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class SwitchBranchIn(ClientModel):
+    type: Literal["switch_branch"]
+    message_id: StrictStr
 
 
 class AbortIn(ClientModel):
@@ -638,11 +684,12 @@ class PingIn(ClientModel):
 
 
 AnyClientFrame = Annotated[
-    Union[MessageIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn, PingIn],
+    Union[MessageIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn,
+          PingIn, RegenerateIn, SwitchBranchIn, RenameIn],
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = frozenset({"message", "abort", "approve", "review_decision", "clear_context", "select_artifact_version",
-                          "edit_artifact", "resume", "ping"})
+                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch", "rename"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)
 client_frames: TypeAdapter[AnyClientFrame] = TypeAdapter(AnyClientFrame)

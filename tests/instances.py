@@ -75,3 +75,13 @@ def instances_any_bus(request, make_server, tmp_path, pg_url, s3_env):
     """`instances`, once with each bus (Redis: CHAT_AGENT_REDIS_URL). The bus only carries
     frames and commands, so the tests of what travels on it run on both; the others on one."""
     return _instances(request.param, make_server, tmp_path, pg_url, s3_env)
+
+
+def stored_conversation(server) -> str:
+    """A new, empty conversation that every instance can open at once. One opened over the
+    WebSocket is stored only with its first message (PROTOCOL 1.2), so it is made here as
+    the import of an empty export."""
+    status, body = server.request("POST", "/api/conversations/import",
+                                  body={"format": "chat-agent.conversation", "version": 1, "messages": []})
+    assert status == 201, body
+    return body["id"]

@@ -212,3 +212,34 @@ async def test_the_real_ag_ui_client_runs_the_agent(server, fake_anthropic, agui
     frames = await until(ws, "done", timeout=10)
     assert frames[-1]["stopReason"] == "aborted"
     await ws.close()
+
+
+async def test_a_history_that_leaves_the_stored_path_starts_a_branch(server, fake_anthropic):
+    """PROTOCOL 1.2 trees: RunAgentInput.messages that diverge from the stored path (the user
+    edited their second message) make the new message a sibling of the one it replaces; the
+    model sees only the path up to there."""
+    thread = "agui-branch-thread"
+    history: list[dict] = []
+
+    async def run(text: str, reply: str, base: list[dict]) -> list[dict]:
+        fake_anthropic.enqueue(Reply(reply))
+        messages = [*base, {"id": f"u{len(base)}", "role": "user", "content": text}]
+        events = await ag_ui(server, {**run_body(thread, text), "messages": messages})
+        assert types(events)[-1] == "RUN_FINISHED", events
+        reply_id = next(e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START")
+        return [*messages, {"id": reply_id, "role": "assistant", "content": reply}]
+
+    history = await run("first question", "first answer", [])
+    history = await run("second question", "second answer", history)
+    # the client edits its second message: its history is the first exchange only
+    await run("second question, edited", "edited answer", history[:2])
+    body = fake_anthropic.last_main.body
+    sent = [b["text"] for m in body["messages"] for b in (m["content"] if isinstance(m["content"], list)
+                                                         else [{"type": "text", "text": m["content"]}])
+            if b.get("type") == "text"]
+    assert sent == ["first question", "first answer", "second question, edited"]
+    ws, session = await connect(server, thread)
+    await ws.close()
+    assert [m["content"] for m in session["messages"]] == ["first question", "first answer",
+                                                          "second question, edited", "edited answer"]
+    assert session["messages"][2]["branch"] == {"index": 2, "count": 2}

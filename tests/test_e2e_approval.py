@@ -9,7 +9,7 @@ import time
 
 from tests import pace
 from tests.fakes.anthropic_fake import Reply, ToolUse
-from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
+from tests.instances import instances, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
 from tests.support import connect, recv, send, until
 from tests.test_e2e_agui import ag_ui
 
@@ -142,8 +142,8 @@ async def test_abort_and_timeout_decline(make_server, fake_anthropic):
 
 async def test_approve_on_another_instance_reaches_the_owner(instances, fake_anthropic):
     a, b = instances(2, CHAT_AGENT_REQUIRE_APPROVAL="web_search")
-    ws_a, session = await connect(a)
-    cid = session["conversationId"]
+    cid = stored_conversation(a)
+    ws_a, session = await connect(a, cid)
     ws_b, _ = await connect(b, cid)
     fake_anthropic.enqueue(Reply([SEARCH]), Reply("Searched from afar."))
     await send(ws_a, type="message", content="search")

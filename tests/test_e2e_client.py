@@ -152,3 +152,22 @@ def test_review_verdicts_print_and_a_scripted_question_is_accepted(server, fake_
     assert result.returncode == 0, result.stderr
     assert "✗ review failed 30% (version 1): No conclusion." in result.stderr and "- Add one" in result.stderr
     assert "review: accept" in result.stderr
+
+
+def test_regenerate_edit_and_branches_in_an_interactive_session(server, fake_anthropic):
+    """PROTOCOL 1.2 trees from the terminal: /regenerate, /edit TEXT, /branches and a switch."""
+    fake_anthropic.enqueue(Reply("the first answer"), Reply("the second answer"), Reply("the edited answer"))
+    result = run_client(server, stdin="what is it?\n/regenerate\n/edit what is it, really?\n/branches\n/id\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "the first answer" in out and "the second answer" in out and "the edited answer" in out
+    assert fake_anthropic.last_main.body["messages"][-1]["content"][-1]["text"] == "what is it, really?"
+    assert len(fake_anthropic.last_main.body["messages"]) == 1  # the edited first message alone
+    assert "2 versions" in out and "what is it, really?" in out
+    conversation_id = out.strip().splitlines()[-1].strip()
+    status, tree = server.get(f"/api/conversations/{conversation_id}/tree")
+    first_user = next(m["id"] for m in tree["messages"] if m["preview"] == "what is it?")
+    result = run_client(server, "--conversation", conversation_id, stdin=f"/branches {first_user}\n/quit\n")
+    assert result.returncode == 0, result.stderr
+    assert "the second answer" in result.stdout  # the newest reply of that branch
+    assert server.get(f"/api/conversations/{conversation_id}/tree")[1]["leafId"] != tree["leafId"]

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
-from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
+from tests.instances import instances, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
 from tests.support import connect, recv, send, text_of, until
 
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
@@ -83,8 +83,8 @@ async def test_a_killed_owner_s_tools_are_not_run_twice_unless_safe(instances, f
     hold.touch()
     env = {"CHAT_AGENT_TOOLS": TOOLS, "COUNTED_TOOLS_FILE": str(record), "COUNTED_TOOLS_HOLD": str(hold)}
     a, b = instances(2, **env)
-    ws_a, session = await connect(a)
-    cid = session["conversationId"]
+    cid = stored_conversation(a)  # (a conversation is stored at its first message: one, imported)
+    ws_a, _ = await connect(a, cid)
     ws_b, _ = await connect(b, cid)
     fake_anthropic.enqueue(Reply([Text("Doing both."), ToolUse("send_email", {"to": "ann@example.com"}),
                                   ToolUse("fetch_page", {"url": "https://example.com"})]))

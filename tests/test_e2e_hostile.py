@@ -38,7 +38,8 @@ async def _conversation_still_works(server, fake_anthropic, ws, session) -> None
     await send(ws, type="ping")
     assert (await recv(ws))["type"] == "pong"
     conversation_id = session["conversationId"]
-    assert server.get(f"/api/conversations/{conversation_id}")[1]["messages"] == []
+    # not even the conversation: it is stored with its first message (PROTOCOL 1.2)
+    assert server.get(f"/api/conversations/{conversation_id}")[0] == 404
     again, snapshot = await connect(server, conversation_id)
     assert snapshot["seq"] == session["seq"] and snapshot["messages"] == []  # no event was logged
     await again.close()

@@ -16,7 +16,7 @@ import pytest
 
 from tests import pace, pg
 from tests.fakes.anthropic_fake import Reply
-from tests.instances import instances, instances_any_bus, moto, s3_env  # noqa: F401  (fixtures)
+from tests.instances import instances, instances_any_bus, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
 from tests.support import ServerProcess, connect, recv, send, text_of, until
 
 
@@ -26,8 +26,8 @@ async def _frames_until_done(ws) -> list[dict]:
 
 async def test_a_turn_on_a_streams_live_to_b_which_can_abort_it(instances_any_bus, fake_anthropic):
     a, b = instances_any_bus(2)
-    ws_a, session = await connect(a)
-    cid = session["conversationId"]
+    cid = stored_conversation(a)
+    ws_a, session = await connect(a, cid)
     ws_b, session_b = await connect(b, cid)
     assert session_b["type"] == "session", (session_b, b.log())
     assert session_b["running"] is False and session_b.get("seq") == session.get("seq")
@@ -98,9 +98,7 @@ async def test_resume_on_another_instance_has_no_gap(instances, fake_anthropic):
 async def test_the_next_message_may_land_anywhere(instances_any_bus, fake_anthropic):
     """Round robin over three instances: every seq once, every reply stored as streamed."""
     servers = instances_any_bus(3)
-    ws, session = await connect(servers[0])
-    cid = session["conversationId"]
-    await ws.close()
+    cid = stored_conversation(servers[0])
     seen: list[int] = []
     for n in range(6):
         fake_anthropic.enqueue(Reply(f"answer {n}", chunk_size=3))
@@ -123,8 +121,8 @@ async def test_the_next_message_may_land_anywhere(instances_any_bus, fake_anthro
 
 async def test_a_killed_owner_s_turn_is_closed_by_another_instance(instances, fake_anthropic):
     a, b = instances(2, CHAT_AGENT_CONTINUE_TURNS="0")
-    ws_a, session = await connect(a)
-    cid = session["conversationId"]
+    cid = stored_conversation(a)
+    ws_a, session = await connect(a, cid)
     ws_b, _ = await connect(b, cid)
     fake_anthropic.enqueue(Reply("never ends " * 2000, chunk_size=5, delay=0.02))
     await send(ws_a, type="message", content="talk")
@@ -150,8 +148,8 @@ async def test_a_killed_owner_s_turn_is_closed_by_another_instance(instances, fa
 
 async def test_a_stalled_owner_cannot_write_after_another_took_over(instances, fake_anthropic):
     a, b = instances(2, CHAT_AGENT_LEASE_SECONDS="2")
-    ws_a, session = await connect(a)
-    cid = session["conversationId"]
+    cid = stored_conversation(a)
+    ws_a, session = await connect(a, cid)
     ws_b, _ = await connect(b, cid)
     fake_anthropic.enqueue(Reply("paused " * 1000, chunk_size=5, delay=0.02))
     await send(ws_a, type="message", content="talk")
@@ -226,9 +224,7 @@ async def test_twenty_conversations_round_robin_over_three_instances(instances, 
     servers = instances(3)
     cids = []
     for n in range(20):
-        ws, session = await connect(servers[n % 3])
-        cids.append(session["conversationId"])
-        await ws.close()
+        cids.append(stored_conversation(servers[n % 3]))
     fake_anthropic.responder = lambda request: Reply("reply to " + _last_user_text(request), chunk_size=4)
     seen: dict[str, list[tuple[dict, list[dict]]]] = {cid: [] for cid in cids}
     try:

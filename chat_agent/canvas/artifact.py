@@ -63,6 +63,11 @@ class Canvas:
     def version_count(self) -> int:
         return self._record.version_count if self._record else 0
 
+    @property
+    def current_index(self) -> int:
+        """The current version's 1-based index; 0 without an artifact."""
+        return self._record.current_index if self._record else 0
+
     def state(self) -> ArtifactState | None:
         return artifact_state(self._record)
 

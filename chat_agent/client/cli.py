@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ContextCleared, ContextUpdate, Done, ErrorFrame,
-                                 ReviewRequest)
+                                 ReviewRequest, HistoryFrame)
 
 from .connection import DEFAULT_URL, ChatClient
 from .console import LineReader, Output, SigintRouter
 from .errors import ChatError, ClientError, ConnectError, ConnectionLost
-from .history import HistoryError, list_conversations, older_messages
+from .branches import last_user_message, render_branches
+from .history import HistoryError, conversation_tree, list_conversations, newest_messages, older_messages
 from .render import Style, TurnRenderer, banner, frame_json, render_history, render_messages
 from .uploads import UploadError, upload
 
@@ -34,6 +35,9 @@ HELP = """commands:
   /clear   empty this conversation's history (the artifact and memories stay)
   /id      print the conversation id
   /more    show the messages before those shown (a long conversation opens with its newest)
+  /regenerate  answer your last message again (the old reply stays, as another branch)
+  /edit TEXT   resend your last message as TEXT (a new branch from there)
+  /branches [ID]  list the other versions of this conversation's messages; with ID, switch to it
   /help    this list
   /quit    leave (also Ctrl-D, or Ctrl-C at the prompt)
 Ctrl-C during a reply stops it; press it again to quit at once."""
@@ -183,8 +187,10 @@ async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
 
 
 async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui,
-                   attachments: list[dict[str, Any]] | None = None) -> int:
-    """Run a turn; the first Ctrl-C sends `abort`, a second one stops waiting."""
+                   attachments: list[dict[str, Any]] | None = None, *, edit_of: str | None = None,
+                   regenerate: bool = False) -> int:
+    """Run a turn (a message, a message that edits `edit_of`, or with `regenerate` another reply
+    to the last message); the first Ctrl-C sends `abort`, a second one stops waiting."""
     async def on_frame(frame: AnyServerFrame) -> None:
         ui.show(frame)
         if isinstance(frame, ApprovalRequest):
@@ -192,7 +198,9 @@ async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: 
         elif isinstance(frame, ReviewRequest):
             await answer_review(client, frame, ui)
 
-    turn = asyncio.create_task(client.run_turn(text, settings, on_frame=on_frame, attachments=attachments or None))
+    turn = asyncio.create_task(
+        client.run_regenerate(settings=settings, on_frame=on_frame) if regenerate
+        else client.run_turn(text, settings, on_frame=on_frame, attachments=attachments or None, edit_of=edit_of))
     aborts: list[asyncio.Task[None]] = []
 
     def on_sigint() -> None:
@@ -278,6 +286,9 @@ async def interactive(client: ChatClient, args: argparse.Namespace, ui: Ui) -> i
             await attach(args, text, attachments, ui)
         elif text.lower() == "/more":
             await more(args, client, ui)
+        elif text.lower().split()[:1] in (["/regenerate"], ["/edit"], ["/branches"]):
+            if await branch_command(args, client, text, settings, ui) == EXIT_INTERRUPTED:
+                return EXIT_INTERRUPTED
         elif text.startswith("/"):
             if await command(client, text, ui):
                 return EXIT_OK
@@ -314,6 +325,40 @@ async def more(args: argparse.Namespace, client: ChatClient, ui: Ui) -> None:
     ui.out.info.write(style.dim(f"(earlier: {len(messages)} messages)") + "\n" + render_messages(messages, style) + "\n")
     ui.out.info.write(style.dim("(older messages: /more)" if ui.more_before else "(the beginning)") + "\n")
     ui.out.info.flush()
+
+
+async def branch_command(args: argparse.Namespace, client: ChatClient, text: str, settings: dict[str, Any],
+                         ui: Ui) -> int:
+    """`/regenerate`, `/edit TEXT`, `/branches [ID]` (PROTOCOL 1.2 trees)."""
+    name, _, rest = text.partition(" ")
+    name, rest = name.lower(), rest.strip()
+    if name == "/regenerate":
+        return await one_turn(client, "", settings, ui, regenerate=True)
+    if client.conversation_id is None:
+        ui.note("not connected to a conversation")
+        return EXIT_OK
+    try:
+        if name == "/edit":
+            if not rest:
+                ui.note("usage: /edit TEXT (resends your last message as TEXT)")
+                return EXIT_OK
+            last = last_user_message(await newest_messages(args.url, args.token, client.conversation_id, 10))
+            if last is None:
+                ui.note("there is no message of yours to edit yet")
+                return EXIT_OK
+            return await one_turn(client, rest, settings, ui, edit_of=last.id)
+        if rest:
+            await client.switch_branch(rest)
+            await show_until(client, ui, lambda frame: isinstance(frame, (HistoryFrame, ErrorFrame)))
+            messages = await newest_messages(args.url, args.token, client.conversation_id, 4)
+            ui.out.info.write(render_messages(messages, ui.renderer.style) + "\n")
+        else:
+            tree = await conversation_tree(args.url, args.token, client.conversation_id)
+            ui.out.info.write(render_branches(tree, ui.renderer.style) + "\n")
+    except HistoryError as exc:
+        ui.note(str(exc))
+    ui.out.info.flush()
+    return EXIT_OK
 
 
 async def drain(client: ChatClient, ui: Ui) -> None:

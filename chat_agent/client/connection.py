@@ -25,8 +25,8 @@ from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed
 
 from chat_agent.protocol import (AbortIn, AnyServerFrame, ApproveIn, ArtifactState, ClearContextIn, ClientModel,
-                                 EditArtifactIn, MessageIn, PingIn, ResumeIn, ReviewDecisionIn, SelectArtifactVersionIn,
-                                 SessionFrame)
+                                 EditArtifactIn, MessageIn, PingIn, RegenerateIn, ResumeIn, ReviewDecisionIn,
+                                 SelectArtifactVersionIn, SessionFrame, SwitchBranchIn)
 
 from .artifact import ArtifactView
 from .errors import ClientError, ConnectError, ConnectionLost
@@ -250,10 +250,11 @@ class ChatClient:
 
     async def send_message(self, content: str, settings: dict[str, Any] | None = None,
                            client_id: str | None = None, *, attachments: list[dict[str, Any]] | None = None,
-                           canvas: dict[str, Any] | None = None) -> str:
-        """Start a turn. Returns the message's client id (generated when not given)."""
+                           canvas: dict[str, Any] | None = None, edit_of: str | None = None) -> str:
+        """Start a turn (with `edit_of`, as a new version of that user message: a branch).
+        Returns the message's client id (generated when not given)."""
         client_id = client_id or uuid.uuid4().hex
-        optional = {"settings": settings, "attachments": attachments, "canvas": canvas}
+        optional = {"settings": settings, "attachments": attachments, "canvas": canvas, "edit_of": edit_of}
         await self.send(MessageIn(type="message", content=content, id=client_id,
                                   **{k: v for k, v in optional.items() if v is not None}))
         return client_id
@@ -262,15 +263,34 @@ class ChatClient:
                        on_frame: OnFrame | None = None, timeout: float | None = None,
                        error_grace: float = 10.0, client_id: str | None = None,
                        attachments: list[dict[str, Any]] | None = None,
-                       canvas: dict[str, Any] | None = None) -> TurnDone:
+                       canvas: dict[str, Any] | None = None, edit_of: str | None = None) -> TurnDone:
         """Send a message and read its frames up to `done` (see turn.collect_turn).
 
         Assumes no other turn is running and earlier turns' frames were read: the first
         `done` that arrives is taken as this turn's.
         """
         async with asyncio.timeout(timeout):
-            await self.send_message(content, settings, client_id, attachments=attachments, canvas=canvas)
+            await self.send_message(content, settings, client_id, attachments=attachments, canvas=canvas,
+                                    edit_of=edit_of)
             return await collect_turn(self.receive, on_frame, error_grace)
+
+    async def regenerate(self, message_id: str | None = None, settings: dict[str, Any] | None = None) -> None:
+        """Ask for another reply to the message that `message_id` (default: the last reply of
+        the active path) answered: a sibling of that reply (PROTOCOL 1.2 trees)."""
+        optional = {"message_id": message_id, "settings": settings}
+        await self.send(RegenerateIn(type="regenerate", **{k: v for k, v in optional.items() if v is not None}))
+
+    async def run_regenerate(self, message_id: str | None = None, settings: dict[str, Any] | None = None, *,
+                             on_frame: OnFrame | None = None, timeout: float | None = None,
+                             error_grace: float = 10.0) -> TurnDone:
+        """`regenerate`, then the new reply's frames up to `done` (as `run_turn`)."""
+        async with asyncio.timeout(timeout):
+            await self.regenerate(message_id, settings)
+            return await collect_turn(self.receive, on_frame, error_grace)
+
+    async def switch_branch(self, message_id: str) -> None:
+        """Makes the path through that message active; the server answers `history`."""
+        await self.send(SwitchBranchIn(type="switch_branch", message_id=message_id))
 
     async def abort(self) -> None:
         await self.send(AbortIn(type="abort"))

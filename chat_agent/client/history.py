@@ -62,3 +62,18 @@ async def older_messages(ws_url: str, token: str | None, conversation_id: str, b
     async with _client(ws_url, token) as http:
         body = await _get(http, f"/api/conversations/{conversation_id}/messages", {"before": before, "limit": limit})
     return [VisibleMessage.model_validate(m) for m in body["messages"]], body.get("moreBefore")
+
+
+async def newest_messages(ws_url: str, token: str | None, conversation_id: str,
+                          limit: int = PAGE) -> list[VisibleMessage]:
+    """The newest messages of the active path, oldest first."""
+    async with _client(ws_url, token) as http:
+        body = await _get(http, f"/api/conversations/{conversation_id}/messages", {"limit": limit})
+    return [VisibleMessage.model_validate(m) for m in body["messages"]]
+
+
+async def conversation_tree(ws_url: str, token: str | None, conversation_id: str) -> dict[str, Any]:
+    """Every message of every branch (`id`, `parentId`, `role`, `preview`…) and `leafId`
+    (PROTOCOL 1.2 trees)."""
+    async with _client(ws_url, token) as http:
+        return await _get(http, f"/api/conversations/{conversation_id}/tree", {})

@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Sequence
 
 from chat_agent.protocol import Usage, VisibleMessage
-from chat_agent.store import (AppendHistory, HistoryItem, HistorySize, ReplaceHistory, SetContextOverhead, Store,
-                              UpsertHistoryItem)
+from chat_agent.store import (AppendHistory, DeleteHistoryItems, HistoryItem, HistorySize, ReplaceHistory,
+                              SetContextOverhead, SetLeaf, Store, UpsertHistoryItem)
+from chat_agent.store.tree import EMPTY, ROOT
 from chat_agent.context.summary import plan_summary, summary_message
 from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.store.writer import StoreWriter
@@ -37,7 +38,8 @@ class ConversationManager:
 
     def __init__(self, owner: str, conversation_id: str, *, counter: TokenCounter, writer: StoreWriter,
                  summary_chars: int, max_tokens: int, overhead: int = 0, store: Store | None = None,
-                 model: Sequence[HistoryItem] | None = None, size: HistorySize = HistorySize()):
+                 model: Sequence[HistoryItem] | None = None, size: HistorySize = HistorySize(),
+                 leaf: str | None = None):
         self.owner = owner
         self.conversation_id = conversation_id
         self._store = store
@@ -59,6 +61,11 @@ class ConversationManager:
         # the estimator's error; re-measured from the API's own count after every call, and
         # stored, so the count a client sees does not change because the conversation reloaded.
         self._overhead = overhead
+        # The tree (PROTOCOL 1.2): the last message of the active path, which the model-facing
+        # history in hand is that of; and the message that items added now belong to.
+        self.leaf = leaf
+        self._at_root = False  # the active path was moved before the first message (no leaf)
+        self._node: str | None = None
 
     # ---- holding the model-facing history ---------------------------------------------------
 
@@ -81,7 +88,8 @@ class ConversationManager:
         if self._store is None:
             raise RuntimeError("a manager without a store cannot load its history")
         await self._writer.wait_for(self._writer.ticket)
-        self._hold(await self._store.load_history(self.owner, self.conversation_id, "model"))
+        leaf = self.leaf if self.leaf is not None else EMPTY if self._at_root else None
+        self._hold(await self._store.load_history(self.owner, self.conversation_id, "model", leaf))
 
     def release(self) -> None:
         """Lets the model-facing history go (every change of it is already submitted); only
@@ -128,13 +136,43 @@ class ConversationManager:
 
     def _submit_visible(self, message: VisibleMessage, *, append: bool) -> None:
         self.visible_version += 1
-        data = message.model_dump(mode="json", exclude_none=True)
-        item = HistoryItem(id=message.id, data=data, tokens=0, chars=len(message.content))
+        if append:  # a new message continues the active path
+            message.parent_id = self.leaf
+        data = message.model_dump(mode="json", exclude_none=True, exclude={"branch"})
+        item = HistoryItem(id=message.id, data=data, tokens=0, chars=len(message.content),
+                           parent_id=ROOT if message.parent_id is None else message.parent_id)
         op = (AppendHistory(self.owner, self.conversation_id, "visible", (item,)) if append
               else UpsertHistoryItem(self.owner, self.conversation_id, "visible", item))
-        self._writer.submit([op])
+        ops = [op]
+        if message.parent_id == self.leaf and message.id != self.leaf:  # it extends the active path
+            self.leaf, self._at_root = message.id, False
+            ops.append(SetLeaf(self.owner, self.conversation_id, message.id))
+        if append and message.role == "user":
+            self._node = message.id
+        self._writer.submit(ops)
+
+    # ---- the tree -----------------------------------------------------------------------
+
+    def begin_reply(self, message_id: str) -> None:
+        """What the model adds from now on belongs to this reply (the visible message it will be)."""
+        self._node = message_id
+
+    def move_to(self, leaf: str | None) -> None:
+        """Makes the path that ends at `leaf` (None: before the first message) the active one.
+        The model-facing history in hand is another path's: let go, read again by `load`."""
+        if leaf == self.leaf and (leaf is not None or self._at_root):
+            return
+        self.leaf, self._at_root = leaf, leaf is None
+        self._items = self._messages = None
+        self._exchange = None
+        self.visible_version += 1
+        self._writer.submit([SetLeaf(self.owner, self.conversation_id, leaf)])
 
     # ---- the model-facing history -----------------------------------------------------
+
+    def tail_id(self) -> str | None:
+        """The id of the newest history item (the message a regenerated reply answers)."""
+        return self._held[-1].id if self._held else None
 
     def position(self, item_id: str) -> int | None:
         """Where the history item of that id is, None when it is not (a summary took it)."""
@@ -168,14 +206,23 @@ class ConversationManager:
         at = next((n for n, item in enumerate(items) if item.id == item_id), None)
         if at is None:
             return False
-        kept = items[:at]
+        kept, gone = items[:at], items[at:]
+        ops: list[Any] = []
         if before:  # what this message was merged into stays, as it was
             item = items[at]
             head = {"role": "user", "content": _blocks(item.data["content"])[:before]}
-            kept.append(HistoryItem(id=item.id, data=head, tokens=self._counter.message(head),
-                                    chars=content_chars(head["content"])))
+            if item.supersedes:  # stored as it was: the merged item goes, and it is back
+                kept.append(HistoryItem(id=item.supersedes[0], data=head, tokens=self._counter.message(head),
+                                        chars=content_chars(head["content"])))
+            else:
+                kept.append(HistoryItem(id=item.id, data=head, tokens=self._counter.message(head),
+                                        chars=content_chars(head["content"]), node=item.node))
+                ops.append(UpsertHistoryItem(self.owner, self.conversation_id, "model", kept[-1]))
+                gone = gone[1:]
+        ops.insert(0, DeleteHistoryItems(self.owner, self.conversation_id, "model", tuple(i.id for i in gone)))
         self._exchange = None
-        self._reset(kept)
+        self._hold(kept)
+        self._writer.submit(ops)
         self.epoch += 1
         return True
 
@@ -220,7 +267,8 @@ class ConversationManager:
         self._add_user_blocks(blocks)
 
     def _append(self, message: dict[str, Any], tokens: int) -> None:
-        item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=content_chars(message["content"]))
+        item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=content_chars(message["content"]),
+                           node=self._node)
         self.messages.append(message)
         self._held.append(item)
         self._history_tokens += tokens
@@ -229,12 +277,22 @@ class ConversationManager:
 
     def _replace_last(self, message: dict[str, Any], tokens: int) -> None:
         old = self._held[-1]
-        item = HistoryItem(id=old.id, data=message, tokens=tokens, chars=content_chars(message["content"]))
+        chars = content_chars(message["content"])
+        if old.node != self._node:
+            # The old item is another message's, which other paths keep as it was: this path
+            # gets a new item in its place.
+            item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=chars, node=self._node,
+                               supersedes=(old.id,))
+            op: AppendHistory | UpsertHistoryItem = AppendHistory(self.owner, self.conversation_id, "model", (item,))
+        else:
+            item = HistoryItem(id=old.id, data=message, tokens=tokens, chars=chars, node=old.node,
+                               supersedes=old.supersedes)
+            op = UpsertHistoryItem(self.owner, self.conversation_id, "model", item)
         self._held[-1] = item
         self.messages[-1] = message
         self._history_tokens += tokens - old.tokens
         self._chars += item.chars - old.chars
-        self._writer.submit([UpsertHistoryItem(self.owner, self.conversation_id, "model", item)])
+        self._writer.submit([op])
 
     # ---- summary and clearing -----------------------------------------------------------
 
@@ -248,20 +306,27 @@ class ConversationManager:
         summary = await summarizer(transcript)
         if not summary:
             return False
-        kept = self._held[cut:]
+        replaced, kept = self._held[:cut], self._held[cut:]
         head = summary_message(summary, kept[0].data if kept else None)
         if kept and kept[0].data["role"] == "user":
-            kept = kept[1:]
+            replaced, kept = [*replaced, kept[0]], kept[1:]
+        # It stands for what it replaces on every path through the newest message it covers:
+        # those paths share everything it covers, and no other path uses it.
+        node = next((item.node for item in reversed(replaced) if item.node is not None), None)
         first = HistoryItem(id=new_id(hex_chars=16), data=head, tokens=self._counter.message(head),
-                            chars=content_chars(head["content"]))
-        self._reset([first, *kept])
+                            chars=content_chars(head["content"]), node=node,
+                            supersedes=tuple(item.id for item in replaced))
+        self._hold([first, *kept])
+        self._writer.submit([AppendHistory(self.owner, self.conversation_id, "model", (first,))])
         self.epoch += 1
         return True
 
     def clear(self) -> None:
         """Empties both histories (artifact and memories live elsewhere and stay)."""
         self.visible_version += 1
-        self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "visible", ())])
+        self._writer.submit([ReplaceHistory(self.owner, self.conversation_id, "visible", ()),
+                             SetLeaf(self.owner, self.conversation_id, None)])
+        self.leaf, self._at_root, self._node = None, False, None
         self._reset([])
         self._set_overhead(0)
         self.epoch += 1

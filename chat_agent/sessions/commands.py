@@ -15,8 +15,10 @@ import logging
 from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContextIn, EditArtifactIn, ErrorFrame,
-                                 MessageIn, ReviewDecisionIn, SelectArtifactVersionIn, client_frames)
+                                 MessageIn, RegenerateIn, RenameIn, ReviewDecisionIn, SelectArtifactVersionIn,
+                                 SwitchBranchIn, client_frames)
 from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.branches import Branches
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import LiveConversation
@@ -55,6 +57,7 @@ class Commands:
         self._forwarder = forwarder
         self._jobs = jobs
         self._preparer = preparer
+        self._branches = Branches(registry.store, registry.writer)
 
     async def command(self, live: LiveConversation, frame: AnyClientFrame, *,
                       echo: bool = False) -> asyncio.Future[object] | None:
@@ -91,7 +94,7 @@ class Commands:
     async def _send_on(self, live: LiveConversation, holder: str, frame: AnyClientFrame,
                        echo: bool) -> asyncio.Future[object] | None:
         forward = self._forward(live, holder, frame, echo)
-        if isinstance(frame, MessageIn):
+        if isinstance(frame, (MessageIn, RegenerateIn)):
             return asyncio.get_running_loop().create_task(forward, name=f"forward:{live.id}")
         await forward
         return None
@@ -192,8 +195,12 @@ class Commands:
         """A command, here where the conversation is owned; a message's started future."""
         try:
             match frame:
-                case MessageIn():
+                case MessageIn() | RegenerateIn():
                     return self._start_turn(live, frame)
+                case SwitchBranchIn(message_id=message_id):
+                    await self._branches.switch(live, message_id)
+                case RenameIn(title=title):
+                    live.set_title(title)
                 case AbortIn():
                     await live.abort()
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):
@@ -225,7 +232,7 @@ class Commands:
 
     # ---- a turn -------------------------------------------------------------------------------
 
-    def _start_turn(self, live: LiveConversation, message: MessageIn) -> asyncio.Future[object] | None:
+    def _start_turn(self, live: LiveConversation, message: MessageIn | RegenerateIn) -> asyncio.Future[object] | None:
         """Starts the turn a `message` asks for: returns a future that ends once it started,
         with the FrameRejected that refused it, or None for a message already seen. The
         conversation is busy from this call on, so the frames after this one (an `abort`,
@@ -257,11 +264,17 @@ class Commands:
         self._registry.spawn(self._after(live, turn, started), f"after-turn:{live.id}")
         return started
 
-    async def _prepare(self, live: LiveConversation, message: MessageIn) -> Prepared | None:
+    async def _prepare(self, live: LiveConversation, message: MessageIn | RegenerateIn) -> Prepared | None:
         if message.id is not None and await self._registry.store.has_client_message_id(live.owner, live.id,
                                                                                        message.id):
             return None
-        prepared = await self._preparer.prepare(live, message)
+        if isinstance(message, RegenerateIn):  # a branch (PROTOCOL 1.2 trees): see branches.py
+            await self._branches.regenerate(live, message)
+            prepared = await self._preparer.prepare_again(live, message.settings)
+        else:
+            if message.edit_of is not None:
+                await self._branches.edit(live, message)
+            prepared = await self._preparer.prepare(live, message)
         await live.load()  # the last wait: from here on the turn starts without a pause
         if message.id is not None:
             live.remember_message(message.id)

@@ -86,6 +86,7 @@ async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecor
     # the opening it started, say) must not both close it.
     if live.knows_turn(record.id) or live.turn is not None:
         return False
+    live.manager.begin_reply(record.message_id)  # what the repair adds is that reply's
     live.manager.repair(unfinished, cut.note, cut.result)
     RunningTurn.adopt(live, record, reply, pending, reviews).close_cut(cut.message, cut.status)
     return True

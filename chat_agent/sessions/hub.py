@@ -201,21 +201,21 @@ class Hub:
         live = self.live(owner, conversation_id)
         reply = live.reply() if live is not None else None
         await self.writer.flush()  # what was said a moment ago is in the store once committed
-        items = await self.store.load_history(owner, conversation_id, "visible")
-        messages = [VisibleMessage.model_validate(item.data) for item in items]
+        page = await self.store.history_page(owner, conversation_id, "visible", None, 2**31)  # the whole path
+        messages = visible_page(page, None)[0] if page is not None else []  # the active path
         if reply is not None and all(m.id != reply.id for m in messages):  # it may have ended meanwhile
             messages.append(reply)
         return messages
 
     async def history_page(self, owner: str, conversation_id: str, before: str | None,
-                           limit: int) -> tuple[list[VisibleMessage], str | None] | None:
-        """A page of the visible history (see `LiveConversation.page`); None for an unknown
-        `before`."""
+                           limit: int, leaf: str | None = None) -> tuple[list[VisibleMessage], str | None] | None:
+        """A page of the visible history (see `LiveConversation.page`), of the path that ends
+        at `leaf` when given (never with a running reply); None for an unknown `before`/`leaf`."""
         live = self.live(owner, conversation_id)
-        if live is not None:
+        if live is not None and leaf is None:
             return await live.page(before, limit)
         await self.writer.flush()
-        page = await self.store.history_page(owner, conversation_id, "visible", before, limit)
+        page = await self.store.history_page(owner, conversation_id, "visible", before, limit, leaf)
         return None if page is None else visible_page(page, None)
 
     async def artifact(self, owner: str, conversation_id: str) -> ArtifactState | None:
@@ -230,7 +230,8 @@ class Hub:
         None if it was deleted meanwhile."""
         await live.until_recovered()
         frame = None
-        if not self.bus.shared or self.ownership.holds(live.id):
+        # Not stored yet (no message): only this instance knows it, from memory.
+        if not self.bus.shared or self.ownership.holds(live.id) or live.unstored is not None:
             frame = await live.snapshot(self.tools(), shared=self.bus.shared)
         if frame is None:
             await self.writer.flush()  # what this instance wrote (a conversation it just created, say)

@@ -27,7 +27,7 @@ from chat_agent.sessions.messages import Committed, Status
 from chat_agent.sessions.pages import SESSION_BYTES, SESSION_MESSAGES, newest_within, visible_page
 from chat_agent.sessions.plan import latest_plan
 from chat_agent.sessions.turn import RunningTurn
-from chat_agent.store import (AppendEvents, ConversationRecord, EventRecord, HistoryPage, Op, PruneEvents,
+from chat_agent.store import (AppendEvents, ConversationRecord, CreateConversation, EventRecord, HistoryPage, Op, PruneEvents,
                               RecordClientMessageId, SetTitle, StartTurn, Store, StoreWriter, TurnRecord)
 
 KEEP_TURNS = 3  # turns whose frames stay in the event log for `resume`
@@ -84,6 +84,9 @@ class LiveConversation:
         self._recovering = False  # being brought back in line with the store
         self._recovery_waiters: list[asyncio.Future[None]] = []  # `until_recovered`
         self._unload: asyncio.TimerHandle | None = None
+        # A new conversation is stored with its first message, not when a socket opens on it
+        # (PROTOCOL 1.2): what creates it, until then.
+        self.unstored: CreateConversation | None = None
 
     @property
     def seq(self) -> int:
@@ -116,6 +119,7 @@ class LiveConversation:
         self._deltas.interrupt()
 
     def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
+        self.store_now()  # a frame of its log: the conversation exists from now on
         self._seq += 1
         seq = self._seq
         frame.conversation_id = self.id
@@ -190,6 +194,12 @@ class LiveConversation:
         self.publish(ContextCleared())
         self.publish(ContextUpdate(tokens=self.manager.tokens, max_tokens=self.manager.max_tokens))
 
+    def store_now(self) -> None:
+        """Stores a new conversation (before its first message and what that message links)."""
+        if self.unstored is not None:
+            self._writer.submit([self.unstored])
+            self.unstored = None
+
     # ---- the turn ---------------------------------------------------------------------------
 
     def knows_message(self, client_id: str) -> bool:
@@ -214,13 +224,19 @@ class LiveConversation:
             self._unload = None
         await self.manager.load()
 
-    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict],
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage | None, content: list[dict],
                   spec: dict | None = None) -> None:
-        """Stores the turn's start and adds the user's message to both histories."""
+        """Stores the turn's start and adds the user's message to both histories (a regenerated
+        reply has none: it answers the message the active path ends at)."""
         first_seq = self._seq + 1
-        self.manager.add_visible(user)
-        item = self.manager.add_user(content)
-        if spec is not None:  # a continuation checks that the history it finds holds the turn's message
+        if user is not None:
+            self.manager.add_visible(user)
+            item = self.manager.add_user(content)
+        else:
+            item = self.manager.tail_id()
+        turn.reply.parent_id = self.manager.leaf
+        self.manager.begin_reply(turn.message_id)
+        if spec is not None and item is not None:  # a continuation checks the history it finds holds it
             spec = {**spec, "user_item": item}
         ops: list[Op] = [StartTurn(TurnRecord(id=turn.id, conversation_id=self.id, owner=self.owner,
                                               message_id=turn.message_id, status="running",
@@ -238,6 +254,9 @@ class LiveConversation:
         """A turn cut off elsewhere, taken over to be closed here."""
         assert self.turn is None, "a conversation runs one turn at a time"
         self.turn = turn
+        if turn.reply.parent_id is None:
+            turn.reply.parent_id = self.manager.leaf
+        self.manager.begin_reply(turn.message_id)
 
     def knows_turn(self, turn_id: str) -> bool:
         """Whether a turn the store holds as running is not cut off at all: it runs here, or
@@ -404,7 +423,8 @@ class LiveConversation:
             frame = SessionFrame(conversation_id=self.id, seq=self._seq, title=self.title,
                                  artifact=self.canvas.state(), context=context, tools=tools, running=self.running,
                                  pending_approvals=[info.model_copy() for info in approvals],
-                                 pending_reviews=[info.model_copy() for info in reviews])
+                                 pending_reviews=[info.model_copy() for info in reviews],
+                                 leaf_id=self.manager.leaf)
             reply = self.reply()
             return (frame, reply), None, SESSION_MESSAGES - (reply is not None)
 

@@ -28,7 +28,7 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
-from chat_agent.protocol import Highlight, MessageIn, QuickAction, ReviewSettings, VisibleMessage
+from chat_agent.protocol import Highlight, MessageIn, MessageSettings, QuickAction, ReviewSettings, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.turn import Prepared
@@ -155,25 +155,39 @@ class TurnPreparer:
         """The turn, the user's message as the visible history keeps it, and its content as
         the model reads it."""
         plan = await self._plan(live, message)
-        model = self._settings.allowed(message.settings.model or self._settings.model)
-        if model is None:
-            raise FrameRejected("invalid_frame", f"Model {message.settings.model!r} is not available here; choose one of: "
-                                                 + ", ".join(self._settings.models))
+        self._model(message.settings)
+        live.store_now()  # a message that is not refused creates the conversation, before what it links
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
+        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
+                              attachments=attached.visible)
+        content = _model_content(live, plan, attached.blocks)
+        return await self._prepared(live, plan, message.settings, content, user)
+
+    async def prepare_again(self, live: LiveConversation, settings: MessageSettings) -> Prepared:
+        """A turn that answers again the user message the active path ends at (regenerate):
+        no new message, the history as it is."""
+        self._model(settings)
+        return await self._prepared(live, Plan(request="", visible=""), settings, [], None)
+
+    def _model(self, settings: MessageSettings) -> str:
+        model = self._settings.allowed(settings.model or self._settings.model)
+        if model is None:
+            raise FrameRejected("invalid_frame", f"Model {settings.model!r} is not available here; choose one of: "
+                                                 + ", ".join(self._settings.models))
+        return model
+
+    async def _prepared(self, live: LiveConversation, plan: Plan, settings: MessageSettings,
+                        content: list[dict[str, Any]], user: VisibleMessage | None) -> Prepared:
         memories = await self._memories.load(live.owner)
-        spec = TurnSpec(model=model, thinking=message.settings.thinking and plan.tool_choice is None,  # the API
-                        tools=self._tool_names(message),  # refuses thinking with a forced tool
+        spec = TurnSpec(model=self._model(settings), thinking=settings.thinking and plan.tool_choice is None,  # the
+                        tools=self._tool_names(settings),  # API refuses thinking with a forced tool
                         # a message can add tools to the server's list, never take one off it
-                        require_approval=sorted(self._settings.require_approval
-                                                | set(message.settings.require_approval)),
+                        require_approval=sorted(self._settings.require_approval | set(settings.require_approval)),
                         tool_choice=plan.tool_choice, highlight=plan.highlight,
                         # The span edit needs only the excerpt: sending the history along with a
                         # forced tool_choice would process all of it again, uncached.
                         focused=plan.highlight is not None, window=plan.window, prefix=plan.prefix,
-                        reflections=plan.reflections, review=review_spec(self._settings, message.settings.review))
-        user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
-                              attachments=attached.visible)
-        content = _model_content(live, plan, attached.blocks)
+                        reflections=plan.reflections, review=review_spec(self._settings, settings.review))
         turn = self._turn(live, spec, memories, focus=content if spec.focused else None)
         counter, system, tools = self._counter, turn.system, turn.tools
         live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
@@ -209,8 +223,8 @@ class TurnPreparer:
                         spec.review.model, spec.review.max_revisions, spec.review.decision,
                         ReviewGate(self._settings.approval_timeout)))
 
-    def _tool_names(self, message: MessageIn) -> list[str]:
-        wanted = message.settings
+    def _tool_names(self, settings: MessageSettings) -> list[str]:
+        wanted = settings
         names = self._agent.registry.enabled()
         if not wanted.web_search:
             names = [n for n in names if n != "web_search"]

@@ -154,8 +154,13 @@ class Registry:
         now = clock.now()
         record = ConversationRecord(id=conversation_id or new_id(hex_chars=32), owner=owner, title=None, created_at=now,
                                     updated_at=now, last_seq=0)
-        self.writer.submit([CreateConversation(owner, record.id, now)])
-        return self._remember(record, HistorySize(), None)
+        create = CreateConversation(owner, record.id, now)
+        live = self._remember(record, HistorySize(), None)
+        if conversation_id is None:
+            live.unstored = create  # stored with its first message (PROTOCOL 1.2), see `store_now`
+        else:  # a client-named id (AG-UI's threadId) is claimed in the store at once
+            self.writer.submit([create])
+        return live
 
     async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
         """The conversation, from memory or loaded from the store. A turn the store holds as
@@ -190,7 +195,7 @@ class Registry:
         manager = ConversationManager(record.owner, record.id, store=self.store, size=size, counter=self._counter,
                                       writer=self.writer, summary_chars=self.settings.summary_chars,
                                       max_tokens=self.settings.max_context_tokens,
-                                      overhead=record.context_overhead)
+                                      overhead=record.context_overhead, leaf=record.leaf_id)
         canvas = Canvas(record.owner, record.id, artifact, self.writer, history_epoch=lambda: manager.epoch)
         return record, manager, canvas
 
@@ -254,6 +259,8 @@ class Registry:
     async def refresh(self, live: LiveConversation) -> None:
         """Takes what the store holds: another instance may have written since this one
         held the conversation."""
+        if live.unstored is not None:
+            return  # not stored yet (no message): nothing anyone wrote to read
         if not await self.reload(live):
             raise FrameRejected("not_found", "This conversation was deleted.")
 

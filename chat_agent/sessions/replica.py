@@ -69,13 +69,15 @@ async def session_from_store(store: Store, owner: str, conversation_id: str, too
     page = view.page
     if reply is not None:  # the reply is shown whole as the turn's, not as a history item too
         items = [item for item in page.items if item.id != reply.id]
-        page = HistoryPage(items[-(SESSION_MESSAGES - 1):], page.more or len(items) >= SESSION_MESSAGES)
+        page = HistoryPage(items[-(SESSION_MESSAGES - 1):], page.more or len(items) >= SESSION_MESSAGES,
+                           page.places)
     size = await store.history_size(owner, conversation_id, "model")
     artifact = await store.get_artifact(owner, conversation_id)
     frame = SessionFrame(conversation_id=conversation_id, seq=record.last_seq, title=record.title,
                          artifact=artifact_state(artifact), tools=tools, running=bool(view.turns),
                          context=ContextInfo(tokens=size.tokens + record.context_overhead, max_tokens=max_tokens),
-                         pending_approvals=list(pending.values()), pending_reviews=list(reviews.values()))
+                         pending_approvals=list(pending.values()), pending_reviews=list(reviews.values()),
+                         leaf_id=record.leaf_id)
     budget = SESSION_BYTES - (len(reply.model_dump_json()) if reply is not None else 0)
     frame.messages, frame.more_before = visible_page(newest_within(page, budget), reply)
     frame.plan = latest_plan(frame.messages)

@@ -59,7 +59,7 @@ class Prepared:
     history keeps it, and its content as the model reads it."""
 
     turn: Turn
-    user: VisibleMessage
+    user: VisibleMessage | None  # None: a regenerated reply, to the message the active path ends at
     content: list[dict]
     spec: dict | None = None  # stored with the turn, so that it can continue after a failure
 
@@ -85,7 +85,7 @@ class LiveConversation(Protocol):
     def publish(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None: ...
     def notify(self, frame: ServerFrame) -> None: ...
     def flush_deltas(self) -> None: ...
-    def open_turn(self, turn: RunningTurn, user: VisibleMessage, content: list[dict],
+    def open_turn(self, turn: RunningTurn, user: VisibleMessage | None, content: list[dict],
                   spec: dict | None = None) -> None: ...
     def adopt_turn(self, turn: RunningTurn) -> None: ...
     def turn_over(self, turn: RunningTurn) -> None: ...
@@ -293,6 +293,7 @@ class RunningTurn:
                                     reason="aborted" if stop == "aborted" else "interrupted"))
         reply = self.reply
         reply.status = status or reply_status(stop)  # type: ignore[assignment]
+        reply.artifact_index = conversation.canvas.current_index or None  # what a branch from here restores
         conversation.manager.replace_visible(reply)
         ops: list[Op] = [FinishTurn(conversation.owner, conversation.id, self.id, status or status_for(stop), stop,
                                     usage.model_dump(by_alias=True), clock.now())]

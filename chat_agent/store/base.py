@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
@@ -29,8 +29,12 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
+
+if TYPE_CHECKING:  # tree.py reads through reads.py, which raises this module's errors
+    from chat_agent.store.tree import Tree
 
 
 class StoreError(Exception):
@@ -147,22 +151,37 @@ class Store(ABC):
 
     @abstractmethod
     async def load_history(
-        self, owner: str, conversation_id: str, history: History
+        self, owner: str, conversation_id: str, history: History, leaf: str | None = None
     ) -> list[HistoryItem]:
-        """One history of a conversation, oldest first."""
+        """One history of a conversation, oldest first: every visible message of every branch;
+        the model-facing history of the path that ends at `leaf` (the active path when None,
+        the empty path for `tree.EMPTY`), see tree.py."""
 
     @abstractmethod
     async def history_page(
-        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int,
+        leaf: str | None = None,
     ) -> HistoryPage | None:
         """At most `limit` items just before the item with id `before` (the newest ones when
-        None), oldest first. None when `before` is not an item of that history (or the
-        conversation is not the owner's)."""
+        None), oldest first. Visible: of the path that ends at `leaf` (the active path when
+        None), each with its parent and branch place. None when `before` is not an item of that
+        history or path, `leaf` not a message (or the conversation is not the owner's)."""
 
     @abstractmethod
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
         """How many items one history holds and their tokens and characters (zeros when the
-        conversation is not the owner's)."""
+        conversation is not the owner's); the model-facing one: of the active path."""
+
+    @abstractmethod
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        """The owner's conversations whose title or messages (of every branch) hold all of
+        `terms` (words), best match first (ties by id), one hit per conversation: `limit`
+        of them after the first `offset`."""
+
+    @abstractmethod
+    async def tree(self, owner: str, conversation_id: str) -> Tree | None:
+        """The visible messages' tree and active leaf; None if the conversation is not the owner's."""
 
     @abstractmethod
     async def events_after(

@@ -123,6 +123,26 @@ class ReplaceHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteHistoryItems:
+    """Deletes these items of one history (ids it does not hold are skipped): a refused
+    exchange taken out of the model-facing history, which other paths never held."""
+
+    owner: str
+    conversation_id: str
+    history: History
+    ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetLeaf:
+    """Makes the path that ends at visible message `leaf_id` active (None: no message)."""
+
+    owner: str
+    conversation_id: str
+    leaf_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class StartTurn:
     """Stores a new turn; a no-op unless `turn.owner` owns `turn.conversation_id`."""
 
@@ -262,6 +282,8 @@ Op = (
     | AppendHistory
     | UpsertHistoryItem
     | ReplaceHistory
+    | DeleteHistoryItems
+    | SetLeaf
     | StartTurn
     | ContinueTurn
     | FinishTurn

@@ -266,15 +266,90 @@ _V9 = (
     )""",
 )
 
-# MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
-# every version here is the same schema as schema.py's of that number.
 # Turns that continue after a failure: how to build the turn again, and where it last did.
 _V10 = (
     "ALTER TABLE turns ADD COLUMN spec TEXT",
     "ALTER TABLE turns ADD COLUMN continued_step INTEGER",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Trees: the same as schema.py's migration 10 (see there).
+_V11 = (
+    "ALTER TABLE history_items ADD COLUMN parent_id TEXT",
+    "ALTER TABLE history_items ADD COLUMN role TEXT",
+    "ALTER TABLE history_items ADD COLUMN node TEXT",
+    "ALTER TABLE history_items ADD COLUMN supersedes TEXT",
+    "ALTER TABLE conversations ADD COLUMN leaf_id TEXT",
+    """UPDATE history_items h SET role = CAST(h.data AS jsonb) ->> 'role', parent_id = p.prev
+    FROM (SELECT conversation_id, pos, LAG(id) OVER (PARTITION BY conversation_id ORDER BY pos) AS prev
+          FROM history_items WHERE history = 'visible') p
+    WHERE h.history = 'visible' AND h.conversation_id = p.conversation_id AND h.pos = p.pos""",
+    """UPDATE conversations c SET leaf_id = (
+        SELECT h.id FROM history_items h
+        WHERE h.conversation_id = c.id AND h.history = 'visible'
+        ORDER BY h.pos DESC LIMIT 1)""",
+    """UPDATE history_items h SET node = c.leaf_id FROM conversations c
+    WHERE c.id = h.conversation_id AND h.history = 'model'""",
+    """UPDATE history_items h SET supersedes = (
+        SELECT CAST(json_agg(v.id ORDER BY v.pos) AS TEXT) FROM history_items v
+        WHERE v.conversation_id = h.conversation_id AND v.history = 'visible')
+    WHERE h.history = 'model' AND h.pos = (
+        SELECT MIN(m.pos) FROM history_items m WHERE m.conversation_id = h.conversation_id AND m.history = 'model')""",
+)
+
+# Search: as schema.py's, with a tsvector (the 'simple' configuration: no language's stemming
+# or stop words, like SQLite's unicode61) and a GIN index; triggers keep it.
+_TEXT = ("COALESCE((SELECT string_agg(p ->> 'text', ' ') FROM jsonb_array_elements(CASE WHEN"
+         " jsonb_typeof(CAST({data} AS jsonb) -> 'parts') = 'array' THEN CAST({data} AS jsonb) -> 'parts'"
+         " ELSE CAST('[]' AS jsonb) END) p WHERE p ->> 'type' = 'text'), CAST({data} AS jsonb) ->> 'content', '')")
+_V11 = _V11 + (
+    """CREATE TABLE search_docs (
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        message_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        body TEXT NOT NULL,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('simple', body)) STORED,
+        PRIMARY KEY (conversation_id, message_id)
+    )""",
+    "CREATE INDEX search_docs_tsv ON search_docs USING GIN (tsv)",
+    "CREATE INDEX search_docs_by_owner ON search_docs (owner)",
+    f"""CREATE FUNCTION history_items_search() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            DELETE FROM search_docs WHERE conversation_id = OLD.conversation_id AND message_id = OLD.id;
+            RETURN OLD;
+        END IF;
+        INSERT INTO search_docs (conversation_id, message_id, owner, body)
+        SELECT NEW.conversation_id, NEW.id, c.owner, {_TEXT.format(data="NEW.data")}
+        FROM conversations c WHERE c.id = NEW.conversation_id
+        ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER history_items_search_write AFTER INSERT OR UPDATE OF data ON history_items
+    FOR EACH ROW WHEN (NEW.history = 'visible') EXECUTE FUNCTION history_items_search()""",
+    """CREATE TRIGGER history_items_search_delete AFTER DELETE ON history_items
+    FOR EACH ROW WHEN (OLD.history = 'visible') EXECUTE FUNCTION history_items_search()""",
+    """CREATE FUNCTION conversations_search_title() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.title IS NULL THEN
+            DELETE FROM search_docs WHERE conversation_id = NEW.id AND message_id = '';
+        ELSE
+            INSERT INTO search_docs (conversation_id, message_id, owner, body) VALUES (NEW.id, '', NEW.owner, NEW.title)
+            ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER conversations_search_title AFTER UPDATE OF title ON conversations
+    FOR EACH ROW EXECUTE FUNCTION conversations_search_title()""",
+    f"""INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT h.conversation_id, h.id, c.owner, {_TEXT.format(data="h.data")} FROM history_items h
+    JOIN conversations c ON c.id = h.conversation_id WHERE h.history = 'visible'""",
+    """INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT id, '', owner, title FROM conversations WHERE title IS NOT NULL""",
+)
+
+# MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
+# every version here is the same schema as schema.py's of that number.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

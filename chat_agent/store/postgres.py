@@ -16,7 +16,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor
@@ -24,6 +24,7 @@ from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from chat_agent.store import leases, reads, writes
+from chat_agent.store import tree_reads as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
@@ -42,10 +43,12 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
 
 _Connection = AsyncConnection[Any]
+T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # Only numbers are summed: usage may also hold nested objects or flags.
@@ -260,12 +263,19 @@ class PostgresStore(Store):
         sql = f"{reads.CONVERSATION} WHERE {' AND '.join(where)} ORDER BY {reads.NEWEST_FIRST} LIMIT ?"
         return [ConversationRecord(*row) for row in await self._read(sql, (*params, limit))]
 
-    async def load_history(self, owner: str, conversation_id: str, history: History) -> list[HistoryItem]:
+    async def load_history(
+        self, owner: str, conversation_id: str, history: History, leaf: str | None = None
+    ) -> list[HistoryItem]:
+        if history == "model":
+            return await self._tree_read(trees.read_model(owner, conversation_id, leaf))
         return [reads.item(row) for row in await self._read(reads.HISTORY, (conversation_id, owner, history))]
 
     async def history_page(
-        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int,
+        leaf: str | None = None,
     ) -> HistoryPage | None:
+        if history == "visible":
+            return await self._tree_read(trees.read_page(owner, conversation_id, before, limit, leaf))
         async with self._snapshot() as conn:
             end = 2**62  # after any position
             if before is not None:
@@ -278,8 +288,28 @@ class PostgresStore(Store):
         return HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        if history == "model":
+            return await self._tree_read(trees.read_model_size(owner, conversation_id))
         rows = await self._read(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*(int(n) for n in rows[0]))
+
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        if not terms:
+            return []
+        async with self._snapshot() as conn:
+            hits = await (await conn.execute(_SEARCH, (" ".join(terms), owner, limit, offset))).fetchall()
+            ids = [h[0] for h in hits]
+            records = await _rows(conn, f"{reads.CONVERSATION} WHERE owner = ? AND id = ANY(?)", (owner, ids))
+        by_id = {row[0]: ConversationRecord(*row) for row in records}
+        return [SearchHit(by_id[cid], message_id or None, snippet) for cid, message_id, snippet in hits if cid in by_id]
+
+    async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
+        return await self._tree_read(trees.read_tree(owner, conversation_id))
+
+    async def _tree_read(self, reading: trees.Reads[T]) -> T:
+        async with self._snapshot() as conn:
+            return await trees.run_async(reading, lambda sql, params: _rows(conn, sql, params))
 
     async def events_after(
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
@@ -299,8 +329,8 @@ class PostgresStore(Store):
                 first = min(turn.first_seq for turn in turns) - 1
                 events = [EventRecord(*row) for row in await _rows(conn, reads.EVENTS, (conversation_id, owner, first, None))
                           if row[1] <= record.last_seq]
-            rows = await _rows(conn, reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1))
-        page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            page = await trees.run_async(trees.read_page(owner, conversation_id, None, limit),
+                                         lambda sql, params: _rows(conn, sql, params))
         return LiveView(record, turns, events, page)
 
     async def commit_marked(self, writer: str, n: int) -> bool:
@@ -389,6 +419,21 @@ class PostgresStore(Store):
                 yield conn
             finally:
                 await conn.execute("COMMIT")
+
+
+# ts_rank: higher is better. The best document of each conversation, then the conversations by
+# it; ts_headline (costly: it reads the text again) only for the page's.
+_SEARCH = (
+    "WITH q AS (SELECT plainto_tsquery('simple', $1) AS q),"
+    " hits AS (SELECT d.conversation_id, d.message_id, d.body, ts_rank(d.tsv, q.q) AS rank FROM search_docs d, q"
+    " WHERE d.owner = $2 AND d.tsv @@ q.q),"
+    " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank DESC, message_id) AS n"
+    " FROM hits),"
+    " page AS (SELECT * FROM best WHERE n = 1 ORDER BY rank DESC, conversation_id LIMIT $3 OFFSET $4)"
+    " SELECT p.conversation_id, p.message_id,"
+    " ts_headline('simple', p.body, q.q, 'StartSel=\"\", StopSel=\"\", MaxWords=24, MinWords=8, MaxFragments=1')"
+    " FROM page p, q ORDER BY p.rank DESC, p.conversation_id"
+)
 
 
 async def _rows(conn: _Connection, sql: str, params: Sequence[Any]) -> list[Any]:

@@ -15,8 +15,12 @@ from chat_agent import edits
 from chat_agent.store.base import StoreError
 from chat_agent.store.records import ArtifactVersionRecord, HistoryItem, MemoriesRecord, QuickActionRecord, TurnRecord
 
+# A conversation whose messages were written without naming a leaf (by a writer that knows
+# nothing of trees) has its newest message as its leaf.
 CONVERSATION = (
-    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead FROM conversations"
+    "SELECT id, owner, title, created_at, updated_at, last_seq, context_overhead,"
+    " COALESCE(leaf_id, (SELECT h.id FROM history_items h WHERE h.conversation_id = conversations.id"
+    " AND h.history = 'visible' ORDER BY h.pos DESC LIMIT 1)) FROM conversations"
 )
 CONVERSATION_TAKEN = "SELECT 1 FROM conversations WHERE id = ?"
 # A total order (ids are unique), so a page can start exactly after the last row of the one
@@ -26,8 +30,9 @@ TURN = (
     "SELECT id, conversation_id, owner, message_id, status, started_at, first_seq,"
     " ended_at, stop_reason, usage, spec, continued_step FROM turns"
 )
+ITEM_COLUMNS = "h.id, h.data, h.tokens, h.chars, h.parent_id, h.node, h.supersedes"
 HISTORY = (
-    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
+    f"SELECT {ITEM_COLUMNS} FROM history_items h"
     " JOIN conversations c ON c.id = h.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND h.history = ? ORDER BY h.pos"
 )
@@ -37,7 +42,7 @@ POSITION = (
     " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.id = ?"
 )
 PAGE = (
-    "SELECT h.id, h.data, h.tokens, h.chars FROM history_items h"
+    f"SELECT {ITEM_COLUMNS} FROM history_items h"
     " JOIN conversations c ON c.id = h.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND h.history = ? AND h.pos < ? ORDER BY h.pos DESC LIMIT ?"
 )
@@ -112,8 +117,9 @@ def _content(conversation_id: str, index: int, chain: Sequence[Sequence[Any]]) -
 
 
 def item(row: Sequence[Any]) -> HistoryItem:
-    id, data, tokens, chars = row
-    return HistoryItem(id, json.loads(data), tokens, chars)
+    id, data, tokens, chars, parent_id, node, supersedes = row
+    return HistoryItem(id, json.loads(data), tokens, chars, parent_id, node,
+                       tuple(json.loads(supersedes)) if supersedes else ())
 
 
 def turn(row: Sequence[Any]) -> TurnRecord:

@@ -24,6 +24,7 @@ class ConversationRecord:
     updated_at: float
     last_seq: int  # highest event seq ever stored; pruning never lowers it
     context_overhead: int = 0  # tokens a request carries besides the history, as last measured
+    leaf_id: str | None = None  # the last message of the active path (None: no message yet)
 
 
 @dataclass(slots=True)
@@ -32,6 +33,12 @@ class HistoryItem:
     data: dict[str, Any]
     tokens: int  # cached so loading a long history needs no recount
     chars: int
+    # The tree (see tree.py). Visible: the message it answers or follows (None: the first).
+    parent_id: str | None = None
+    # Model-facing: the visible message it belongs to, and the items it replaces (a summary,
+    # a user message merged into what an aborted turn left) on every path that holds it.
+    node: str | None = None
+    supersedes: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -40,6 +47,8 @@ class HistoryPage:
 
     items: list[HistoryItem]
     more: bool
+    # Visible pages: each message's parent and its place among its siblings (index, count).
+    places: dict[str, tuple[str | None, int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,3 +184,13 @@ class LiveView:
     turns: list[TurnRecord]
     events: list[EventRecord]  # from the first running turn's first seq to `last_seq`
     page: HistoryPage
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """A conversation that matches a search, with its best match: a message of any branch
+    (`message_id`), or its title (None); `snippet` is the matching text around the words."""
+
+    record: ConversationRecord
+    message_id: str | None
+    snippet: str

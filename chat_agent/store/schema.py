@@ -252,15 +252,112 @@ _V9 = (
     )""",
 )
 
-# MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
-# pg_schema.py holds PostgreSQL's, at the same version numbers.
 # Turns that continue after a failure: how to build the turn again, and where it last did.
 _V10 = (
     "ALTER TABLE turns ADD COLUMN spec TEXT",
     "ALTER TABLE turns ADD COLUMN continued_step INTEGER",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Trees (conversations as trees: regenerate, edit and resend, branches). A visible message
+# names its parent (`parent_id`) and keeps its role in a column, so the active path and the
+# branch counts are read without parsing any message; the conversation names its active leaf.
+# A model-facing item names the visible message it belongs to (`node`) and the items it
+# replaces (`supersedes`, a JSON list: a summary, or a user message merged into what an
+# aborted turn left), so each path's model-facing history is read from one append-only list
+# (see tree.py). Existing conversations become single paths: each visible message's parent
+# is the one before it, the leaf the last, and the model-facing history belongs to that leaf.
+_V11 = (
+    "ALTER TABLE history_items ADD COLUMN parent_id TEXT",
+    "ALTER TABLE history_items ADD COLUMN role TEXT",
+    "ALTER TABLE history_items ADD COLUMN node TEXT",
+    "ALTER TABLE history_items ADD COLUMN supersedes TEXT",
+    "ALTER TABLE conversations ADD COLUMN leaf_id TEXT",
+    "UPDATE history_items SET role = json_extract(data, '$.role') WHERE history = 'visible'",
+    """UPDATE history_items SET parent_id = (
+        SELECT p.id FROM history_items p
+        WHERE p.conversation_id = history_items.conversation_id AND p.history = 'visible'
+            AND p.pos < history_items.pos
+        ORDER BY p.pos DESC LIMIT 1)
+    WHERE history = 'visible'""",
+    """UPDATE conversations SET leaf_id = (
+        SELECT h.id FROM history_items h
+        WHERE h.conversation_id = conversations.id AND h.history = 'visible'
+        ORDER BY h.pos DESC LIMIT 1)""",
+    """UPDATE history_items SET node = (
+        SELECT c.leaf_id FROM conversations c WHERE c.id = history_items.conversation_id)
+    WHERE history = 'model'""",
+    # ...and stands for every message of that path (named by its first item): a branch from
+    # the path reads the messages' text instead, since this history is the whole path's.
+    """UPDATE history_items SET supersedes = (
+        SELECT json_group_array(v.id) FROM (
+            SELECT id FROM history_items
+            WHERE conversation_id = history_items.conversation_id AND history = 'visible' ORDER BY pos) v)
+    WHERE history = 'model' AND pos = (
+        SELECT MIN(m.pos) FROM history_items m
+        WHERE m.conversation_id = history_items.conversation_id AND m.history = 'model')""",
+)
+
+# Search (PROTOCOL 1.2 "Find, rename, move conversations"): one document per visible message
+# of every branch (its text parts) and one per title (message_id ''), kept by triggers so no
+# way of writing a message or a title leaves the index behind; FTS5 indexes them (external
+# content: the text is stored once, in search_docs). Existing messages and titles are indexed here.
+_SEARCH = (
+    """CREATE TABLE search_docs (
+        id INTEGER PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        message_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        body TEXT NOT NULL,
+        UNIQUE (conversation_id, message_id)
+    )""",
+    "CREATE VIRTUAL TABLE search_fts USING fts5(body, content='search_docs', content_rowid='id',"
+    " tokenize='unicode61 remove_diacritics 2')",
+    """CREATE TRIGGER search_docs_insert AFTER INSERT ON search_docs BEGIN
+        INSERT INTO search_fts (rowid, body) VALUES (NEW.id, NEW.body);
+    END""",
+    """CREATE TRIGGER search_docs_delete AFTER DELETE ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', OLD.id, OLD.body);
+    END""",
+    """CREATE TRIGGER search_docs_update AFTER UPDATE OF body ON search_docs BEGIN
+        INSERT INTO search_fts (search_fts, rowid, body) VALUES ('delete', OLD.id, OLD.body);
+        INSERT INTO search_fts (rowid, body) VALUES (NEW.id, NEW.body);
+    END""",
+    f"""CREATE TRIGGER history_items_search_insert AFTER INSERT ON history_items
+    WHEN NEW.history = 'visible' BEGIN
+        INSERT INTO search_docs (conversation_id, message_id, owner, body)
+        SELECT NEW.conversation_id, NEW.id, c.owner, {"{text}"} FROM conversations c WHERE c.id = NEW.conversation_id
+        ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+    END""",
+    f"""CREATE TRIGGER history_items_search_update AFTER UPDATE OF data ON history_items
+    WHEN NEW.history = 'visible' BEGIN
+        UPDATE search_docs SET body = {"{text}"}
+        WHERE conversation_id = NEW.conversation_id AND message_id = NEW.id;
+    END""",
+    """CREATE TRIGGER history_items_search_delete AFTER DELETE ON history_items
+    WHEN OLD.history = 'visible' BEGIN
+        DELETE FROM search_docs WHERE conversation_id = OLD.conversation_id AND message_id = OLD.id;
+    END""",
+    """CREATE TRIGGER conversations_search_title AFTER UPDATE OF title ON conversations BEGIN
+        DELETE FROM search_docs WHERE conversation_id = NEW.id AND message_id = '' AND NEW.title IS NULL;
+        INSERT INTO search_docs (conversation_id, message_id, owner, body)
+        SELECT NEW.id, '', NEW.owner, NEW.title WHERE NEW.title IS NOT NULL
+        ON CONFLICT (conversation_id, message_id) DO UPDATE SET body = excluded.body;
+    END""",
+    f"""INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT h.conversation_id, h.id, c.owner, {"{old_text}"} FROM history_items h
+    JOIN conversations c ON c.id = h.conversation_id WHERE h.history = 'visible'""",
+    """INSERT INTO search_docs (conversation_id, message_id, owner, body)
+    SELECT id, '', owner, title FROM conversations WHERE title IS NOT NULL""",
+)
+# A visible message's text: its text parts (rows from before parts: `content`).
+_TEXT = ("COALESCE((SELECT group_concat(json_extract(p.value, '$.text'), ' ') FROM json_each({row}.data, '$.parts') p"
+         " WHERE json_extract(p.value, '$.type') = 'text'), json_extract({row}.data, '$.content'), '')")
+_V11 = _V11 + tuple(statement.replace("{text}", _TEXT.format(row="NEW")).replace("{old_text}", _TEXT.format(row="h"))
+                    for statement in _SEARCH)
+
+# MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
+# pg_schema.py holds PostgreSQL's, at the same version numbers.
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

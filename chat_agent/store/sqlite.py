@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from chat_agent import clock
 from chat_agent.store import leases, reads, writes
+from chat_agent.store import tree_reads as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpointer
 from chat_agent.store.ops import Op
@@ -55,6 +56,7 @@ from chat_agent.store.records import (
     LiveView,
     MemoriesRecord,
     QuickActionRecord,
+    SearchHit,
     TurnRecord,
 )
 from chat_agent.store.schema import PRAGMAS, migrate
@@ -297,14 +299,21 @@ class SqliteStore(Store):
         return [ConversationRecord(*row) for row in await self._fetch(sql, (*params, limit))]
 
     async def load_history(
-        self, owner: str, conversation_id: str, history: History
+        self, owner: str, conversation_id: str, history: History, leaf: str | None = None
     ) -> list[HistoryItem]:
+        if history == "model":
+            return await self._read(lambda db: trees.run_sync(trees.read_model(owner, conversation_id, leaf), _executor(db)))
         rows = await self._fetch(reads.HISTORY, (conversation_id, owner, history))
         return [reads.item(row) for row in rows]
 
     async def history_page(
-        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int
+        self, owner: str, conversation_id: str, history: History, before: str | None, limit: int,
+        leaf: str | None = None,
     ) -> HistoryPage | None:
+        if history == "visible":
+            reading = trees.read_page(owner, conversation_id, before, limit, leaf)
+            return await self._read(lambda db: trees.run_sync(reading, _executor(db)))
+
         def page(db: sqlite3.Connection) -> HistoryPage | None:
             end = 2**62  # after any position
             if before is not None:
@@ -319,8 +328,26 @@ class SqliteStore(Store):
         return await self._read(page)
 
     async def history_size(self, owner: str, conversation_id: str, history: History) -> HistorySize:
+        if history == "model":
+            return await self._read(lambda db: trees.run_sync(trees.read_model_size(owner, conversation_id),
+                                                             _executor(db)))
         rows = await self._fetch(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*rows[0])
+
+    async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
+                                   offset: int = 0) -> list[SearchHit]:
+        match = " ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+        def search(db: sqlite3.Connection) -> list[SearchHit]:
+            page = db.execute(_SEARCH, (match, owner, limit, offset)).fetchall()
+            snippets = dict(db.execute(_snippets(len(page)), (match, *(h[2] for h in page))).fetchall())
+            hits = [(cid, message_id, snippets.get(rowid, "")) for cid, message_id, rowid in page]
+            return _search_hits(hits, db.execute(_conversations(len(hits)), (owner, *(h[0] for h in hits))).fetchall())
+
+        return await self._read(search) if terms else []
+
+    async def tree(self, owner: str, conversation_id: str) -> trees.Tree | None:
+        return await self._read(lambda db: trees.run_sync(trees.read_tree(owner, conversation_id), _executor(db)))
 
     async def events_after(
         self, owner: str, conversation_id: str, after_seq: int, limit: int | None = None
@@ -341,8 +368,7 @@ class SqliteStore(Store):
                 first = min(turn.first_seq for turn in turns) - 1
                 events = [EventRecord(*row) for row in db.execute(reads.EVENTS, (conversation_id, owner, first, -1))
                           if row[1] <= record.last_seq]
-            rows = db.execute(reads.PAGE, (conversation_id, owner, "visible", 2**62, limit + 1)).fetchall()
-            page = HistoryPage([reads.item(row) for row in reversed(rows[:limit])], more=len(rows) > limit)
+            page = trees.run_sync(trees.read_page(owner, conversation_id, None, limit), _executor(db))
             return LiveView(record, turns, events, page)
 
         return await self._read(view)
@@ -472,6 +498,34 @@ class SqliteStore(Store):
                 db.execute("COMMIT")
 
         return await self._run(read)
+
+
+# bm25: lower is better. The best document of each conversation, then the conversations by it;
+# snippets (costly: each reads its document again) only for the page's, in a second statement.
+_SEARCH = (
+    "WITH hits AS (SELECT d.id, d.conversation_id, d.message_id, bm25(search_fts) AS rank"
+    " FROM search_fts JOIN search_docs d ON d.id = search_fts.rowid WHERE search_fts MATCH ?1 AND d.owner = ?2),"
+    " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank, message_id) AS n FROM hits)"
+    " SELECT conversation_id, message_id, id FROM best WHERE n = 1 ORDER BY rank, conversation_id LIMIT ?3 OFFSET ?4"
+)
+
+
+def _snippets(count: int) -> str:
+    return ("SELECT rowid, snippet(search_fts, 0, '', '', '…', 16) FROM search_fts WHERE search_fts MATCH ?"
+            f" AND rowid IN ({', '.join('?' * count)})")
+
+
+def _conversations(count: int) -> str:
+    return f"{reads.CONVERSATION} WHERE owner = ? AND id IN ({', '.join('?' * count)})"
+
+
+def _search_hits(hits: Sequence[Sequence[Any]], records: Sequence[Sequence[Any]]) -> list[SearchHit]:
+    by_id = {row[0]: ConversationRecord(*row) for row in records}
+    return [SearchHit(by_id[cid], message_id or None, snippet) for cid, message_id, snippet in hits if cid in by_id]
+
+
+def _executor(db: sqlite3.Connection) -> Callable[[str, Sequence[Any]], list[Any]]:
+    return lambda sql, params: db.execute(sql, params).fetchall()
 
 
 def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -> ArtifactVersionRecord:

@@ -35,6 +35,8 @@ from chat_agent.store.ops import (
     PutQuickAction,
     RecordClientMessageId,
     ReplaceHistory,
+    DeleteHistoryItems,
+    SetLeaf,
     SelectArtifactVersion,
     SetMemories,
     SetContextOverhead,
@@ -73,8 +75,8 @@ PRUNE_EVENTS = (
     "DELETE FROM events WHERE conversation_id = ?1 AND seq < ?2 AND " + _OWNED.format(n=3)
 )
 APPEND_ITEM = (
-    "INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars)"
-    f" SELECT ?1, ?2, {_NEXT_POS}, ?3, ?4, ?5, ?6 WHERE " + _OWNED.format(n=7)
+    "INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars, parent_id, role, node,"
+    f" supersedes) SELECT ?1, ?2, {_NEXT_POS}, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?11 WHERE " + _OWNED.format(n=7)
 )
 # The conflict branch leaves `pos` alone, which is what keeps an upserted item in place.
 UPSERT_ITEM = (
@@ -85,6 +87,11 @@ CLEAR_HISTORY = (
     "DELETE FROM history_items WHERE conversation_id = ?1 AND history = ?2 AND "
     + _OWNED.format(n=3)
 )
+DELETE_ITEM = (
+    "DELETE FROM history_items WHERE conversation_id = ?1 AND history = ?2 AND id = ?3 AND "
+    + _OWNED.format(n=4)
+)
+SET_LEAF = "UPDATE conversations SET leaf_id = ?3 WHERE id = ?1 AND owner = ?2"
 START_TURN = (
     "INSERT INTO turns (conversation_id, id, owner, message_id, status, started_at,"
     " first_seq, ended_at, stop_reason, usage, spec)"
@@ -186,7 +193,7 @@ ATTACH_FILE = (
 # What each statement touches, for `plan`. Events' trigger and SetTitle both update the
 # conversation row, but different columns, so they commute.
 _WHOLE = "*"  # creating or deleting a conversation orders against all of its rows
-_TABLES = ("title", "overhead", "events", "history", "turns", "client_ids", "artifact", "files")
+_TABLES = ("title", "overhead", "leaf", "events", "history", "turns", "client_ids", "artifact", "files")
 _TABLE = {
     CREATE_CONVERSATION: _WHOLE,
     DELETE_CONVERSATION: _WHOLE,
@@ -197,6 +204,8 @@ _TABLE = {
     APPEND_ITEM: "history",
     UPSERT_ITEM: "history",
     CLEAR_HISTORY: "history",
+    DELETE_ITEM: "history",
+    SET_LEAF: "leaf",
     START_TURN: "turns",
     FINISH_TURN: "turns",
     CONTINUE_TURN: "turns",
@@ -291,6 +300,10 @@ def statements(op: Op) -> list[Step]:
             rows = _item_rows(op.conversation_id, op.history, op.items, op.owner)
             clear = (op.conversation_id, op.history, op.owner)
             return [(CLEAR_HISTORY, [clear]), (APPEND_ITEM, rows)]
+        case DeleteHistoryItems():
+            return [(DELETE_ITEM, [(op.conversation_id, op.history, i, op.owner) for i in op.ids])]
+        case SetLeaf():
+            return [(SET_LEAF, [(op.conversation_id, op.owner, op.leaf_id)])]
         case StartTurn():
             return [(START_TURN, [_turn_row(op)])]
         case ContinueTurn():
@@ -330,7 +343,9 @@ def _append_events(op: AppendEvents) -> list[Step]:
 
 
 def _item_rows(cid: str, history: str, items: Sequence[HistoryItem], owner: str) -> list[Row]:
-    return [(cid, history, i.id, dumps(i.data), i.tokens, i.chars, owner) for i in items]
+    return [(cid, history, i.id, dumps(i.data), i.tokens, i.chars, owner, i.parent_id,
+             i.data.get("role") if history == "visible" else None, i.node,
+             dumps(list(i.supersedes)) if i.supersedes else None) for i in items]
 
 
 def _turn_row(op: StartTurn) -> Row:

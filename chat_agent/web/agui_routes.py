@@ -21,10 +21,11 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from chat_agent.protocol import AbortIn, MessageIn, server_frames
+from chat_agent.protocol import AbortIn, MessageIn, SwitchBranchIn, server_frames
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
+from chat_agent.web.agui_branch import branch_point
 from chat_agent.web.errors import error
 from chat_agent.web.http import authed
 from chat_agent.web.agui_run import AgUiRun
@@ -63,9 +64,13 @@ async def run_agent(request: Request, hub: Hub, owner: str) -> Response:
         return error(400, "invalid_request", f"Not an AG-UI RunAgentInput we can run: {_reason(exc)}")
     await request.app.state.quotas.start_turn(owner)  # QuotaExceeded: 429 before the stream starts
     conversation_id = await conversation_for_thread(hub.store, owner, run_input.thread_id)
+    await hub.writer.flush()  # the last run's reply is part of the tree the history is compared with
+    point = await branch_point(hub.store, owner, conversation_id, run_input)  # 1.2 trees
+    if point.edit_of is not None:
+        message = message.model_copy(update={"edit_of": point.edit_of})
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}  # proxies must not hold the stream
     encoder = EventEncoder(accept=request.headers.get("accept"))
-    run = _Run(hub, owner, run_input, message, conversation_id)
+    run = _Run(hub, owner, run_input, message, conversation_id, point.switch_to)
     return StreamingResponse(run.stream(encoder), media_type=encoder.get_content_type(), headers=headers)
 
 
@@ -116,8 +121,10 @@ class _Run:
     """One request's run: attached to the conversation only while its stream is read, so a
     client gone before the first byte leaves nothing behind."""
 
-    def __init__(self, hub: Hub, owner: str, run_input: RunAgentInput, message: MessageIn, conversation_id: str):
+    def __init__(self, hub: Hub, owner: str, run_input: RunAgentInput, message: MessageIn, conversation_id: str,
+                 switch_to: str | None = None):
         self.hub, self.owner, self.input, self.message = hub, owner, run_input, message
+        self.switch_to = switch_to  # a reply whose path becomes active before the message (agui_branch.py)
         self.conversation_id = conversation_id
         self.frames = _Frames()
         self.sent = False  # the message went to the conversation: a client leaving now aborts it
@@ -147,6 +154,8 @@ class _Run:
     async def _events(self, live: LiveConversation, run: AgUiRun) -> AsyncIterator[BaseEvent]:
         try:
             self.sent = True
+            if self.switch_to is not None:
+                await self.hub.command(live, SwitchBranchIn(type="switch_branch", message_id=self.switch_to), echo=True)
             preparing = await self.hub.command(live, self.message, echo=True)
         except FrameRejected as exc:
             self.sent = False

@@ -37,6 +37,7 @@ from starlette.routing import Route
 
 from chat_agent.sessions.hub import Hub
 from chat_agent.store import ConversationRecord
+from chat_agent.web import conversation_routes
 from chat_agent.web.errors import error
 from chat_agent.web.http import authed, summary
 
@@ -100,9 +101,11 @@ async def list_conversations(request: Request, hub: Hub, owner: str) -> Response
     try:
         limit = _limit(request, LIST_LIMIT)
         given = request.query_params.get("cursor")
-        cursor = Cursor.decode(given) if given else None
+        cursor = Cursor.decode(given) if given and "q" not in request.query_params else None
     except ValueError as exc:
         return error(400, "invalid_request", str(exc))
+    if "q" in request.query_params:  # 1.2: a search, paged the same way (conversation_routes.py)
+        return await conversation_routes.search(request, hub, owner, limit)
     await hub.writer.flush()  # every change stamped before now is in the store
     now = time.time()
     if cursor is None:
@@ -138,10 +141,14 @@ async def messages(request: Request, hub: Hub, owner: str) -> Response:
     except ValueError as exc:
         return error(400, "invalid_request", str(exc))
     before = request.query_params.get("before") or None
+    leaf = request.query_params.get("leaf") or None  # 1.2 trees: any path, by its last message
     if await hub.store.get_conversation(owner, conversation_id) is None:
         return error(404, "not_found", "No such conversation.")
-    page = await hub.history_page(owner, conversation_id, before, limit)
+    page = await hub.history_page(owner, conversation_id, before, limit, leaf)
     if page is None:
+        if leaf is not None:
+            return error(404, "not_found", f"This conversation has no message {leaf!r} to end a path at, or "
+                                           f"{before!r} is not on that path.")
         return error(404, "not_found", f"This conversation has no message {before!r} (`before` takes a message id, "
                                        "e.g. `moreBefore`).")
     found, more_before = page

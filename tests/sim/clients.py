@@ -42,7 +42,8 @@ class Received:
 
 @dataclass
 class Slot:
-    """A conversation the clients share: its id once its first client created it."""
+    """A conversation the clients share: its id once its first client created it and it was
+    stored (with its first message)."""
 
     index: int
     id: str | None = None
@@ -189,6 +190,10 @@ class Client:
     def heard(self, conn: Conn, item: Received) -> None:
         if item.seq is not None:
             self.last_seq = max(self.last_seq, item.seq)
+            if self.slot.id is None and self.creator and conn.conversation_id:
+                # A frame of its log was stored: so was the conversation (it is stored with its
+                # first message, PROTOCOL 1.2), and the other clients can open it now.
+                self.slot.id = conn.conversation_id
         if item.type == "done":
             self.dones_seen += 1
             self.pending = None
@@ -264,8 +269,9 @@ class Client:
         if conn.session is None:
             self.conn = None
             return False
-        if self.slot.id is None:
-            self.slot.id = conn.conversation_id
+        if self.slot.id is None:  # a new conversation, stored with its first message: sent at once
+            self.message(conn)
+            return True
         if self.last_seq and rng.random() < 0.5:
             conn.resume_after = self.last_seq
             conn.send({"type": "resume", "afterSeq": self.last_seq})

@@ -65,6 +65,9 @@ export function describe(frame: ServerFrame): string {
       return `${frame.messageId} asks about ${frame.reviewId}`;
     case "review_decision":
       return `${frame.reviewId} ${frame.decision}${frame.reason == null ? "" : ` (${frame.reason})`}`;
+    case "history":
+      // 1.2 trees: the active path changed.
+      return `path to ${frame.leafId ?? "the start"}: ${frame.messages.length}${frame.moreBefore == null ? "" : "+"}`;
     case "pong":
       return "pong";
     default:
@@ -109,6 +112,12 @@ export function encode(frame: ClientFrame): string {
       return `approve ${frame.toolId} ${frame.approved ? "yes" : "no"}${frame.message ?? ""}`;
     case "review_decision":
       return `review ${frame.reviewId} ${frame.decision}${frame.message ?? ""}`;
+    case "regenerate":
+      return `regenerate ${frame.messageId ?? "the last reply"}`;
+    case "switch_branch":
+      return `switch to ${frame.messageId}`;
+    case "rename":
+      return `rename ${frame.title}`;
     default:
       return unhandled(frame);
   }
