@@ -209,8 +209,7 @@ class Hub:
 
     async def history_page(self, owner: str, conversation_id: str, before: str | None,
                            limit: int, leaf: str | None = None) -> tuple[list[VisibleMessage], str | None] | None:
-        """A page of the visible history (see `LiveConversation.page`), of the path that ends
-        at `leaf` when given (never with a running reply); None for an unknown `before`/`leaf`."""
+        """A page of the visible history (`LiveConversation.page`), of the path to `leaf` if given."""
         live = self.live(owner, conversation_id)
         if live is not None and leaf is None:
             return await live.page(before, limit)
