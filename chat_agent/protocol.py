@@ -17,7 +17,8 @@ from chat_agent import edits
 
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
-FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas")
+FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
+                              "knowledge", "citations")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -96,9 +97,22 @@ def _omit_none(value: Any) -> bool:
     return value is None
 
 
+class Citation(Model):
+    """PROTOCOL 1.2 "Knowledge bases and citations": where a statement of the reply comes from,
+    a chunk of one of the user's knowledge documents. `index` is the source's number in the
+    turn's search results (the `[n]` a model without citations of its own writes)."""
+
+    index: int
+    document_id: str
+    filename: str
+    page: int | None = Field(default=None, exclude_if=_omit_none)
+    quote: str
+
+
 class TextPart(Model):
     type: Literal["text"] = "text"
     text: str
+    citations: list[Citation] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class ThinkingPart(Model):
@@ -413,6 +427,15 @@ class StatusFrame(ServerFrame):
     elapsed: float  # seconds since the turn began waiting on it
 
 
+class CitationFrame(ServerFrame):
+    """A citation of the text streamed so far of `messageId` (PROTOCOL 1.2): it belongs to the
+    reply's text part being written, as `citations` of that part once stored."""
+
+    type: Literal["citation"] = "citation"
+    message_id: str
+    citation: Citation
+
+
 class Pong(ServerFrame):
     seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
@@ -421,7 +444,7 @@ class Pong(ServerFrame):
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
           ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate, ContextCleared, Done, ErrorFrame,
-          StatusFrame, Pong],
+          StatusFrame, CitationFrame, Pong],
     Field(discriminator="type"),
 ]
 
@@ -465,6 +488,8 @@ class MessageSettings(ClientModel):
     thinking: StrictBool = False
     # Tools that wait for the user's approval in this turn, besides the server's own list.
     require_approval: list[StrictStr] = Field(default_factory=list, max_length=256)
+    # Knowledge collections the agent may search in this turn (`search_knowledge`).
+    knowledge: list[StrictStr] = Field(default_factory=list, max_length=64)
 
 
 class Highlight(ClientModel):

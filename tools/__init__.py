@@ -8,7 +8,7 @@ from langchain_core.tools import BaseTool
 
 from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable, add_configured_tools, attach_mcp_servers
 
-from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, web_search
+from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, search_knowledge, web_search
 
 Builder = Callable[[Settings], BaseTool]
 
@@ -22,6 +22,7 @@ BUILDERS: tuple[tuple[str, Builder], ...] = (
     ("reflect", reflect.build),
     ("deep_research", deep_research.build),
     ("analyze_document", analyze_document.build),
+    ("search_knowledge", search_knowledge.build),  # offered only to a message that names collections
     ("generate_image", images.build_generate),
     ("edit_image", images.build_edit),
     ("code_interpreter", code_interpreter.build),

@@ -30,7 +30,7 @@ from chat_agent.sessions.messages import Answer, Deleted, Frames, Resync, Status
 from chat_agent.sessions.outage import StoreWatch
 from chat_agent.sessions.ownership import LeaseExpired, LeaseLost, Ownership
 from chat_agent.sessions.pages import visible_page
-from chat_agent.sessions.prepare import TurnPreparer
+from chat_agent.sessions.prepare import Knowledge, TurnPreparer
 from chat_agent.sessions.queue import JobQueue
 from chat_agent.sessions.recovery import Recovery, deleted
 from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry
@@ -45,7 +45,8 @@ SNAPSHOT_READS = 20  # a follower's `session` read again while the store lags wh
 
 class Hub:
     def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter,
-                 files: Files, *, bus: Bus | None = None, queue: JobQueue | None = None):
+                 files: Files, *, bus: Bus | None = None, queue: JobQueue | None = None,
+                 knowledge: Knowledge | None = None):
         self.settings = settings
         self.store = store
         self.writer = writer
@@ -60,7 +61,7 @@ class Hub:
         self.jobs = ConversationJobs(settings, agent.model, self.memories, self.registry, queue)
         self.recovery = Recovery(self.registry)
         self.commands = Commands(settings, agent, self.registry, forwarder, self.jobs,
-                                 TurnPreparer(settings, agent, store, files, self.memories, counter))
+                                 TurnPreparer(settings, agent, store, files, self.memories, counter, knowledge))
         self._forwarder = forwarder
 
     # ---- life ---------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
+from chat_agent.knowledge import Knowledge, KnowledgeError
+from chat_agent.knowledge.scope import KnowledgeScope
 from chat_agent.protocol import Highlight, MessageIn, QuickAction, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
@@ -32,6 +34,7 @@ from chat_agent.sessions.turn import Prepared
 from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
+SEARCH_KNOWLEDGE = "search_knowledge"  # offered only when the message names knowledge collections
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
 
 
@@ -97,8 +100,9 @@ class TurnPreparer:
     the loop needs. Raises FrameRejected with the reason a client is told."""
 
     def __init__(self, settings: Settings, agent: Agent, store: Store, files: Files, memories: MemoryBook,
-                 counter: TokenCounter):
+                 counter: TokenCounter, knowledge: Knowledge | None = None):
         self._settings = settings
+        self._knowledge = knowledge
         self._agent = agent
         self._store = store
         self._files = files
@@ -118,14 +122,17 @@ class TurnPreparer:
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
         memories = await self._memories.load(live.owner)
         registry = self._agent.registry
-        tools = registry.schemas(self._tool_names(message))
+        collections = await self._collections(live.owner, message)
+        tools = registry.schemas(self._tool_names(message, bool(collections)))
         system = system_blocks(SYSTEM_PROMPT, prefix=plan.prefix,
                                memories=render_memories(memories) if plan.reflections else None)
         counter = self._counter
         live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=plan.highlight, files=self._files.scoped(live.owner, live.id),
-                                documents=self._documents, model=self._agent.model)
+                                documents=self._documents, model=self._agent.model,
+                                knowledge=KnowledgeScope(self._knowledge, live.owner, collections)
+                                if self._knowledge is not None else None)
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
@@ -140,9 +147,23 @@ class TurnPreparer:
                                            self._settings.approval_timeout))
         return Prepared(turn, user, content)
 
-    def _tool_names(self, message: MessageIn) -> list[str]:
+    async def _collections(self, owner: str, message: MessageIn) -> list[str]:
+        """The knowledge collections the message names, all of them the user's."""
+        wanted = message.settings.knowledge
+        if not wanted:
+            return []
+        if self._knowledge is None:
+            raise FrameRejected("invalid_frame", "This server keeps no knowledge bases (its store is in memory).")
+        try:
+            return await self._knowledge.owned(owner, wanted)
+        except KnowledgeError as exc:
+            raise FrameRejected("not_found", f"settings.knowledge: {exc.message}") from None
+
+    def _tool_names(self, message: MessageIn, knowledge: bool = False) -> list[str]:
         wanted = message.settings
         names = self._agent.registry.enabled()
+        if not knowledge:
+            names = [n for n in names if n != SEARCH_KNOWLEDGE]
         if not wanted.web_search:
             names = [n for n in names if n != "web_search"]
         if not wanted.enable_deep_research:

@@ -1,0 +1,201 @@
+"""Knowledge bases in the SQLite file, through APSW: the standard library's sqlite3 module
+may be built without extension loading (pyenv's is), and sqlite-vec is an extension. One
+connection on one thread, like the quota counters'; WAL lets it read beside the store's."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import apsw
+import sqlite_vec
+
+from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Status
+from chat_agent.knowledge.store import query_words
+
+T = TypeVar("T")
+
+_DOCUMENT = ("SELECT id, collection_id, owner, file_id, filename, media_type, status, created_at, error, pages,"
+             " chunks, indexed_at, runs FROM knowledge_documents")
+_HIT = ("SELECT c.id, c.document_id, c.collection_id, d.filename, c.page, c.heading, c.text"
+        " FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id"
+        " WHERE c.owner = ? AND c.id IN ({ids})")
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ", ".join("?" * len(values))
+
+
+def _document(row: Sequence[Any]) -> Document:
+    return Document(*row)
+
+
+class SqliteKnowledge:
+    kind = "sqlite"
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db: apsw.Connection | None = None
+        self._thread: ThreadPoolExecutor | None = None
+
+    async def start(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="knowledge")
+
+        def connect() -> apsw.Connection:
+            db = apsw.Connection(str(self.path))
+            db.set_busy_timeout(5000)
+            db.enable_load_extension(True)
+            db.load_extension(sqlite_vec.loadable_path())
+            db.enable_load_extension(False)
+            db.execute("PRAGMA foreign_keys = ON")
+            return db
+        self._db = await self._run(connect)
+
+    async def close(self) -> None:
+        if self._db is not None:
+            db, self._db = self._db, None
+            await self._run(db.close)
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
+    async def _run(self, job: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, job)
+
+    def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        assert self._db is not None
+        return list(self._db.execute(sql, tuple(args)))
+
+    async def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        return await self._run(lambda: self._rows(sql, args))
+
+    async def add_collection(self, collection: Collection) -> None:
+        await self._query("INSERT INTO knowledge_collections (id, owner, name, created_at) VALUES (?, ?, ?, ?)",
+                          collection.id, collection.owner, collection.name, collection.created_at)
+
+    async def collections(self, owner: str) -> list[Collection]:
+        rows = await self._query(
+            "SELECT k.id, k.owner, k.name, k.created_at,"
+            " (SELECT COUNT(*) FROM knowledge_documents d WHERE d.collection_id = k.id)"
+            " FROM knowledge_collections k WHERE k.owner = ? ORDER BY k.created_at, k.id", owner)
+        return [Collection(*row) for row in rows]
+
+    async def collection(self, owner: str, collection_id: str) -> Collection | None:
+        return next((c for c in await self.collections(owner) if c.id == collection_id), None)
+
+    async def owned_collections(self, owner: str, ids: Sequence[str]) -> list[str]:
+        if not ids:
+            return []
+        rows = await self._query(f"SELECT id FROM knowledge_collections WHERE owner = ? AND id IN ({_marks(ids)})",
+                                 owner, *ids)
+        return [row[0] for row in rows]
+
+    async def delete_collection(self, owner: str, collection_id: str) -> bool:
+        def job() -> bool:
+            assert self._db is not None
+            with self._db:
+                found = self._rows("SELECT 1 FROM knowledge_collections WHERE owner = ? AND id = ?",
+                                   (owner, collection_id))
+                # The chunks first, by their own index: the cascade would find them one document at a time.
+                self._rows("DELETE FROM knowledge_chunks WHERE owner = ? AND collection_id = ?", (owner, collection_id))
+                self._rows("DELETE FROM knowledge_collections WHERE owner = ? AND id = ?", (owner, collection_id))
+            return bool(found)
+        return await self._run(job)
+
+    async def add_document(self, document: Document) -> None:
+        d = document
+        await self._query(
+            "INSERT INTO knowledge_documents (id, collection_id, owner, file_id, filename, media_type, status,"
+            " created_at, error, pages, chunks, indexed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            d.id, d.collection_id, d.owner, d.file_id, d.filename, d.media_type, d.status, d.created_at, d.error,
+            d.pages, d.chunks, d.indexed_at)
+
+    async def documents(self, owner: str, collection_id: str) -> list[Document]:
+        rows = await self._query(f"{_DOCUMENT} WHERE owner = ? AND collection_id = ? ORDER BY created_at, id",
+                                 owner, collection_id)
+        return [_document(row) for row in rows]
+
+    async def document(self, owner: str, document_id: str) -> Document | None:
+        rows = await self._query(f"{_DOCUMENT} WHERE owner = ? AND id = ?", owner, document_id)
+        return _document(rows[0]) if rows else None
+
+    async def delete_document(self, owner: str, collection_id: str, document_id: str) -> bool:
+        def job() -> bool:
+            assert self._db is not None
+            with self._db:
+                found = self._rows("SELECT 1 FROM knowledge_documents WHERE owner = ? AND collection_id = ? AND id = ?",
+                                   (owner, collection_id, document_id))
+                self._rows("DELETE FROM knowledge_documents WHERE owner = ? AND collection_id = ? AND id = ?",
+                           (owner, collection_id, document_id))
+            return bool(found)
+        return await self._run(job)
+
+    async def finish_document(self, owner: str, document_id: str, chunks: Sequence[Chunk],
+                              vectors: Sequence[Sequence[float]] | None, pages: int | None, now: float) -> bool:
+        def job() -> bool:
+            assert self._db is not None
+            with self._db:
+                found = self._rows("SELECT collection_id FROM knowledge_documents WHERE owner = ? AND id = ?",
+                                   (owner, document_id))
+                if not found:
+                    return False
+                collection_id = found[0][0]
+                self._rows("DELETE FROM knowledge_chunks WHERE document_id = ?", (document_id,))
+                cursor = self._db.cursor()
+                cursor.executemany(
+                    "INSERT INTO knowledge_chunks (document_id, collection_id, owner, ord, page, heading, text,"
+                    " embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(document_id, collection_id, owner, c.ord, c.page, c.heading, c.text,
+                      sqlite_vec.serialize_float32(list(vectors[i])) if vectors else None)
+                     for i, c in enumerate(chunks)])
+                self._rows("UPDATE knowledge_documents SET status = 'ready', error = NULL, pages = ?, chunks = ?,"
+                           " indexed_at = ? WHERE id = ?", (pages, len(chunks), now, document_id))
+            return True
+        return await self._run(job)
+
+    async def begin_indexing(self, owner: str, document_id: str) -> Document | None:
+        await self._query("UPDATE knowledge_documents SET runs = runs + 1 WHERE owner = ? AND id = ?"
+                          " AND status = 'indexing'", owner, document_id)
+        document = await self.document(owner, document_id)
+        return document if document is not None and document.status == "indexing" else None
+
+    async def fail_document(self, owner: str, document_id: str, error: str, now: float) -> None:
+        await self._query("UPDATE knowledge_documents SET status = 'failed', error = ?, indexed_at = ?"
+                          " WHERE owner = ? AND id = ?", error, now, owner, document_id)
+
+    async def search_text(self, owner: str, collection_ids: Sequence[str], query: str, limit: int) -> list[int]:
+        words = query_words(query)
+        if not words or not collection_ids:
+            return []
+        match = " OR ".join(f'"{w}"' for w in words)
+        rows = await self._query(
+            "SELECT c.id FROM knowledge_fts f JOIN knowledge_chunks c ON c.id = f.rowid"
+            f" WHERE knowledge_fts MATCH ? AND c.owner = ? AND c.collection_id IN ({_marks(collection_ids)})"
+            " ORDER BY bm25(knowledge_fts, 2.0, 1.0) LIMIT ?", match, owner, *collection_ids, limit)
+        return [row[0] for row in rows]
+
+    async def search_vector(self, owner: str, collection_ids: Sequence[str], vector: Sequence[float],
+                            limit: int) -> list[int]:
+        if not collection_ids:
+            return []
+        rows = await self._query(
+            "SELECT id FROM knowledge_chunks"
+            f" WHERE owner = ? AND collection_id IN ({_marks(collection_ids)}) AND embedding IS NOT NULL"
+            " ORDER BY vec_distance_cosine(embedding, ?) LIMIT ?",
+            owner, *collection_ids, sqlite_vec.serialize_float32(list(vector)), limit)
+        return [row[0] for row in rows]
+
+    async def hits(self, owner: str, chunk_ids: Sequence[int]) -> list[Hit]:
+        if not chunk_ids:
+            return []
+        rows = await self._query(_HIT.format(ids=_marks(chunk_ids)), owner, *chunk_ids)
+        found = {row[0]: Hit(*row) for row in rows}
+        return [found[i] for i in chunk_ids if i in found]
+
+    async def status_counts(self, statuses: Sequence[Status]) -> int:
+        rows = await self._query(f"SELECT COUNT(*) FROM knowledge_documents WHERE status IN ({_marks(statuses)})",
+                                 *statuses)
+        return int(rows[0][0])
