@@ -1,0 +1,201 @@
+"""Knowledge bases end to end (PROTOCOL 1.2 "Knowledge bases and citations"): collections and
+documents over HTTP from a real client, indexed by the server's background job, searched by
+the agent's `search_knowledge`, and cited in the reply: `citation` frames, `citations` on the
+stored text part, after a restart too. Another user sees none of it."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import httpx
+
+from tests.fakes.anthropic_fake import CitedText, Reply, Text, ToolUse
+from tests.samples import make_docx, make_pdf
+from tests.support import connect, polled, recv, send, until
+
+ALICE, BOB = "tok-a", "tok-b"
+KEYS = "alice:tok-a,bob:tok-b"
+FACT = "The Zephyr reactor coolant limit is 412 kelvin during the night shift."
+
+
+def manual_pdf(pages: int = 50, fact_page: int = 37) -> bytes:
+    """A manual whose every page talks of something of its own; the fact is on `fact_page`."""
+    topics = ["maintenance schedules", "staff rotation", "visitor badges", "parking rules", "fire drills",
+              "cafeteria menus", "printer supplies", "network outages", "holiday calendars", "travel expenses"]
+    return make_pdf([[f"Operations manual, chapter {n}.",
+                      f"This page covers {topics[n % len(topics)]} for team {n}.",
+                      *([FACT] if n == fact_page else ["Nothing else of note is recorded on this page."])]
+                     for n in range(1, pages + 1)])
+
+
+def handbook_docx() -> bytes:
+    def build(document) -> None:
+        document.add_heading("Staff handbook", level=1)
+        document.add_paragraph("Welcome to the company. This handbook explains how we work.")
+        document.add_heading("Vacation", level=2)
+        document.add_paragraph("Every employee receives twenty-eight vacation days per calendar year.")
+        document.add_heading("Expenses", level=2)
+        document.add_paragraph("Receipts are submitted within thirty days through the finance portal.")
+    return make_docx(build)
+
+
+def upload(server, name: str, data: bytes, token: str) -> str:
+    response = httpx.post(f"{server.http_url}/api/uploads", files={"file": (name, data, "application/octet-stream")},
+                          headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()["uploadId"]
+
+
+def api(server, method: str, path: str, token: str, body=None) -> tuple[int, object]:
+    return server.request(method, path, token, body)
+
+
+async def documents_settled(server, collection_id: str, token: str, count: int) -> list[dict]:
+    def settled():
+        status, body = api(server, "GET", f"/api/knowledge/{collection_id}/documents", token)
+        assert status == 200, body
+        docs = body["documents"]
+        return docs if len(docs) == count and all(d["status"] != "indexing" for d in docs) else None
+    return await polled(settled, 60)
+
+
+def chunk_rows(data_dir, sql: str, *args) -> int:
+    with sqlite3.connect(data_dir / "chat-agent.db") as db:
+        return db.execute(sql, args).fetchone()[0]
+
+
+async def test_documents_are_indexed_searched_and_cited(make_server, fake_anthropic, tmp_path):
+    data_dir = tmp_path / "data"
+    server = make_server(data_dir, CHAT_AGENT_API_KEYS=KEYS)
+    pdf_id = upload(server, "manual.pdf", manual_pdf(), ALICE)
+    docx_id = upload(server, "handbook.docx", handbook_docx(), ALICE)
+    status, collection = api(server, "POST", "/api/knowledge", ALICE, {"name": "Operations"})
+    assert status == 201 and collection["name"] == "Operations"
+    kb = collection["id"]
+    for upload_id in (pdf_id, docx_id):
+        status, added = api(server, "POST", f"/api/knowledge/{kb}/documents", ALICE, {"uploadId": upload_id})
+        assert status == 202 and added["status"] == "indexing" and added["documentId"]
+    docs = {d["filename"]: d for d in await documents_settled(server, kb, ALICE, 2)}
+    pdf, handbook = docs["manual.pdf"], docs["handbook.docx"]
+    assert pdf["status"] == "ready" and pdf["pages"] == 50 and pdf["chunks"] >= 50 and pdf["error"] is None
+    assert handbook["status"] == "ready" and handbook["chunks"] >= 1 and pdf["runs"] == handbook["runs"] == 1
+    status, listing = api(server, "GET", "/api/knowledge", ALICE)
+    assert [(c["id"], c["documents"]) for c in listing["collections"]] == [(kb, 2)]
+
+    # The model searches, and cites the first result it got.
+    fake_anthropic.enqueue(Reply([ToolUse("search_knowledge", {"query": "Zephyr reactor coolant limit"})]),
+                           Reply([Text("According to the manual, "), CitedText("the limit is 412 kelvin.", result=0),
+                                  Text(" Anything else?")]))
+    ws, session = await connect(server, token=ALICE)
+    assert {"knowledge", "citations"} <= set(session["features"])
+    await send(ws, type="message", content="What is the coolant limit?", settings={"knowledge": [kb]})
+    frames = await until(ws, "done", timeout=60)
+    conversation_id = frames[-1]["conversationId"]
+    searched = [f for f in frames if f["type"] == "tool_end" and f["name"] == "search_knowledge"][0]
+    assert not searched["isError"] and searched["output"]["results"][0]["page"] == 37
+    # The model's second request holds the page-37 chunk as a citable search result.
+    results = [b for m in fake_anthropic.main_bodies[-1]["messages"] if isinstance(m["content"], list)
+               for r in m["content"] if r["type"] == "tool_result" for b in r["content"]
+               if isinstance(r["content"], list) and b["type"] == "search_result"]
+    assert FACT in results[0]["content"][0]["text"] and "page 37" in results[0]["title"]
+    assert "search_knowledge" in [t["name"] for t in fake_anthropic.main_bodies[0]["tools"]]
+    cited = [f for f in frames if f["type"] == "citation"]
+    assert len(cited) == 1 and isinstance(cited[0]["seq"], int)
+    citation = cited[0]["citation"]
+    assert citation == {"index": 1, "documentId": pdf["documentId"], "filename": "manual.pdf", "page": 37,
+                        "quote": results[0]["content"][0]["text"]}
+    # It is attached to the text streamed before it: after the cited sentence, before the rest.
+    before = "".join(f["content"] for f in frames[:frames.index(cited[0])] if f["type"] == "content_chunk")
+    assert before.endswith("the limit is 412 kelvin.")
+    await ws.close()
+
+    def stored_citations(token: str = ALICE) -> list[dict]:
+        status, body = api(server, "GET", f"/api/conversations/{conversation_id}/messages", token)
+        assert status == 200, body
+        return [c for m in body["messages"] for p in m["parts"] if p["type"] == "text" for c in p.get("citations", [])]
+
+    assert stored_citations() == [citation]
+    # A message without knowledge is not offered the tool.
+    fake_anthropic.enqueue(Reply("Plain answer."))
+    ws, _ = await connect(server, conversation_id, token=ALICE)
+    await send(ws, type="message", content="Thanks")
+    await until(ws, "done", timeout=60)
+    assert "search_knowledge" not in [t["name"] for t in fake_anthropic.main_bodies[-1]["tools"]]
+    await ws.close()
+
+    # After a restart: the stored part, and the session's, still carry the citation.
+    server.close()
+    server = make_server(data_dir, CHAT_AGENT_API_KEYS=KEYS)
+    ws, session = await connect(server, conversation_id, token=ALICE)
+    cited_reply = session["messages"][-3]
+    assert [c for p in cited_reply["parts"] if p["type"] == "text" for c in p.get("citations", [])] == [citation]
+    await ws.close()
+
+    # Bob sees nothing of Alice's: not her collection, its documents, nor her conversation.
+    assert api(server, "GET", "/api/knowledge", BOB) == (200, {"collections": []})
+    assert api(server, "GET", f"/api/knowledge/{kb}/documents", BOB)[0] == 404
+    assert api(server, "POST", f"/api/knowledge/{kb}/documents", BOB, {"uploadId": pdf_id})[0] == 404
+    assert api(server, "DELETE", f"/api/knowledge/{kb}/documents/{pdf['documentId']}", BOB)[0] == 404
+    assert api(server, "DELETE", f"/api/knowledge/{kb}", BOB)[0] == 404
+    status, bobs = api(server, "POST", "/api/knowledge", BOB, {"name": "Mine"})
+    assert status == 201
+    # Alice's upload into Bob's collection: no such upload, for him.
+    assert api(server, "POST", f"/api/knowledge/{bobs['id']}/documents", BOB, {"uploadId": pdf_id})[0] == 404
+    ws, _ = await connect(server, token=BOB)
+    await send(ws, type="message", content="What is the coolant limit?", settings={"knowledge": [kb]})
+    refused = await recv(ws)
+    assert refused["type"] == "error" and refused["code"] == "not_found"
+    await ws.close()
+
+    # Deleting the PDF takes its chunks out of the table and of the full-text index.
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_fts WHERE knowledge_fts MATCH 'zephyr'") == 1
+    assert api(server, "DELETE", f"/api/knowledge/{kb}/documents/{pdf['documentId']}", ALICE)[0] == 204
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_chunks WHERE document_id = ?", pdf["documentId"]) == 0
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_fts WHERE knowledge_fts MATCH 'zephyr'") == 0
+    assert api(server, "DELETE", f"/api/knowledge/{kb}/documents/{pdf['documentId']}", ALICE)[0] == 404
+    # And the collection, with what is left.
+    assert api(server, "DELETE", f"/api/knowledge/{kb}", ALICE)[0] == 204
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_chunks WHERE collection_id = ?", kb) == 0
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_fts WHERE knowledge_fts MATCH 'vacation'") == 0
+    assert api(server, "GET", "/api/knowledge", ALICE) == (200, {"collections": []})
+    # The stored citation stays as it was shown (the reply is history), pointing at a deleted document.
+    assert stored_citations() == [citation]
+
+
+async def test_bad_requests_and_failed_documents(server):
+    # The module's server has auth off: the one local user.
+    assert server.request("POST", "/api/knowledge", None, {})[0] == 400
+    assert server.request("POST", "/api/knowledge", None, {"name": 5})[0] == 400
+    assert server.request("POST", "/api/knowledge", None, {"name": "  "})[0] == 400
+    assert server.request("POST", "/api/knowledge", None, {"name": "x" * 201})[0] == 400
+    raw = httpx.post(f"{server.http_url}/api/knowledge", content=b"{not json", timeout=10)
+    assert raw.status_code == 400 and raw.json()["error"]["code"] == "invalid_request"
+    assert server.request("DELETE", "/api/knowledge/kb_nope", None)[0] == 404
+    assert server.request("GET", "/api/knowledge/kb_nope/documents", None)[0] == 404
+    status, kb = server.request("POST", "/api/knowledge", None, {"name": "Odds"})
+    assert status == 201
+    documents = f"/api/knowledge/{kb['id']}/documents"
+    assert server.request("POST", documents, None, {})[0] == 400
+    assert server.request("POST", documents, None, {"uploadId": 7})[0] == 400
+    assert server.request("POST", documents, None, {"uploadId": "file_nope"})[0] == 404
+    assert server.request("POST", "/api/knowledge/kb_nope/documents", None, {"uploadId": "file_nope"})[0] == 404
+    image = httpx.post(f"{server.http_url}/api/uploads", timeout=30,
+                       files={"file": ("dot.png", __import__("tests.samples").samples.make_png(), "image/png")})
+    assert server.request("POST", documents, None, {"uploadId": image.json()["uploadId"]})[0] == 415
+
+    # What cannot be read fails, and says why; what can is ready, HTML included.
+    blank = upload_anonymous(server, "blank.txt", b"   \n\n   \n")
+    page = upload_anonymous(server, "page.html", b"<html><body><h1>Tides</h1><p>High tide is at noon.</p>"
+                                                 b"<script>var hidden = 1;</script></body></html>")
+    for upload_id in (blank, page):
+        assert server.request("POST", documents, None, {"uploadId": upload_id})[0] == 202
+    docs = {d["filename"]: d for d in await documents_settled(server, kb["id"], None, 2)}
+    assert docs["blank.txt"]["status"] == "failed" and "no text" in docs["blank.txt"]["error"]
+    assert docs["page.html"]["status"] == "ready" and docs["page.html"]["error"] is None
+
+
+def upload_anonymous(server, name: str, data: bytes) -> str:
+    response = httpx.post(f"{server.http_url}/api/uploads", files={"file": (name, data, "application/octet-stream")},
+                          timeout=30)
+    assert response.status_code == 201, response.text
+    return response.json()["uploadId"]
