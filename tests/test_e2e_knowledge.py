@@ -6,10 +6,14 @@ stored text part, after a restart too. Another user sees none of it."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Iterator
 
 import httpx
+import pytest
 
+from tests.fakes import openai_fake
 from tests.fakes.anthropic_fake import CitedText, Reply, Text, ToolUse
+from tests.fakes.openai_fake import Call, FakeOpenAI
 from tests.samples import make_docx, make_pdf
 from tests.support import connect, polled, recv, send, until
 
@@ -199,3 +203,52 @@ def upload_anonymous(server, name: str, data: bytes) -> str:
                           timeout=30)
     assert response.status_code == 201, response.text
     return response.json()["uploadId"]
+
+
+# ---- an OpenAI-compatible model, and vectors from an embeddings endpoint --------------------
+
+@pytest.fixture(scope="module")
+def fake_openai() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+async def test_openai_markers_become_citations_and_vectors_are_searched(make_server, fake_openai, tmp_path):
+    data_dir = tmp_path / "data"
+    server = make_server(data_dir, OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY=fake_openai.api_key,
+                         CHAT_AGENT_MODEL="openai:gpt-test", CHAT_AGENT_SMALL_MODEL="openai:gpt-small",
+                         CHAT_AGENT_EMBEDDINGS_MODEL="embed-test")
+    status, kb = server.request("POST", "/api/knowledge", None, {"name": "Manuals"})
+    assert status == 201
+    upload_id = upload_anonymous(server, "manual.pdf", manual_pdf())
+    assert server.request("POST", f"/api/knowledge/{kb['id']}/documents", None, {"uploadId": upload_id})[0] == 202
+    [doc] = await documents_settled(server, kb["id"], None, 1)
+    assert doc["status"] == "ready", doc
+    # Every chunk has its vector, from the endpoint, in batches.
+    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_chunks WHERE embedding IS NOT NULL") == doc["chunks"]
+    embedded = sum(len(r["input"]) for r in fake_openai.embedding_requests if r["model"] == "embed-test")
+    assert embedded >= doc["chunks"]
+
+    main = lambda body: body["model"] == "gpt-test"  # noqa: E731  (titles go to the small model)
+    search = Call("search_knowledge", {"query": "coolant limit of the Zephyr reactor"})
+    fake_openai.enqueue(openai_fake.Reply(calls=[search]),
+                        openai_fake.Reply("The limit is 412 kelvin [1], at night [1, 9]."), when=main)
+    queries_before = len(fake_openai.embedding_requests)
+    ws, _ = await connect(server)
+    await send(ws, type="message", content="Coolant limit?", settings={"knowledge": [kb["id"]]})
+    frames = await until(ws, "done", timeout=60)
+    # The query was embedded too: the search was hybrid.
+    assert [r["input"] for r in fake_openai.embedding_requests[queries_before:]] == [
+        ["coolant limit of the Zephyr reactor"]]
+    second = [b for b in fake_openai.requests if main(b)][-1]
+    tool_message = [m for m in second["messages"] if m["role"] == "tool"][-1]["content"]
+    assert "cite it by writing its number in square brackets" in tool_message
+    assert "[1] manual.pdf — page 37" in tool_message and FACT in tool_message
+    cited = [f["citation"] for f in frames if f["type"] == "citation"]
+    # `[1]` twice (the second inside `[1, 9]`); 9 is no source of this request, so it is no citation.
+    assert [c["index"] for c in cited] == [1, 1] and all(c["page"] == 37 and FACT in c["quote"] for c in cited)
+    assert cited[0]["documentId"] == doc["documentId"] and cited[0]["filename"] == "manual.pdf"
+    status, body = server.request("GET", f"/api/conversations/{frames[-1]['conversationId']}/messages", None)
+    parts = body["messages"][-1]["parts"]
+    assert [c for p in parts if p["type"] == "text" for c in p.get("citations", [])] == cited
+    await ws.close()
