@@ -252,3 +252,44 @@ async def test_openai_markers_become_citations_and_vectors_are_searched(make_ser
     parts = body["messages"][-1]["parts"]
     assert [c for p in parts if p["type"] == "text" for c in p.get("citations", [])] == cited
     await ws.close()
+
+
+# ---- PostgreSQL, two instances ------------------------------------------------------------------
+
+from tests.instances import instances, moto, s3_env  # noqa: E402,F401  (fixtures)
+
+
+async def test_two_instances_on_postgresql_index_each_document_once(instances, fake_anthropic, fake_openai):
+    import psycopg
+
+    a, b = instances(2, OPENAI_BASE_URL=fake_openai.base_url, OPENAI_API_KEY=fake_openai.api_key,
+                     CHAT_AGENT_EMBEDDINGS_MODEL="embed-test")
+    status, kb = a.request("POST", "/api/knowledge", None, {"name": "Shared"})
+    assert status == 201
+    pdf = upload_anonymous(a, "manual.pdf", manual_pdf())
+    others = [upload_anonymous(b, f"note-{n}.md", f"# Note {n}\n\nThe harbour crane number {n} lifts "
+                                                 f"{n * 10} tonnes.\n".encode()) for n in range(5)]
+    for n, upload_id in enumerate([pdf, *others]):
+        server = (a, b)[n % 2]  # added on both instances
+        assert server.request("POST", f"/api/knowledge/{kb['id']}/documents", None, {"uploadId": upload_id})[0] == 202
+    docs = await documents_settled(b, kb["id"], None, 6)
+    assert all(d["status"] == "ready" for d in docs), docs
+    assert [d["runs"] for d in docs] == [1] * 6  # one job per document ran, on one of the two
+    with psycopg.connect(instances.url) as conn:
+        vectors = conn.execute("SELECT COUNT(*), COUNT(embedding) FROM knowledge_chunks").fetchone()
+    assert vectors[0] == vectors[1] == sum(d["chunks"] for d in docs)
+
+    fake_anthropic.enqueue(Reply([ToolUse("search_knowledge", {"query": "Zephyr reactor coolant limit"})]),
+                           Reply([CitedText("It is 412 kelvin.", result=0)]))
+    ws, _ = await connect(b)
+    await send(ws, type="message", content="What is the coolant limit?", settings={"knowledge": [kb["id"]]})
+    frames = await until(ws, "done", timeout=60)
+    [citation] = [f["citation"] for f in frames if f["type"] == "citation"]
+    pdf_doc = next(d for d in docs if d["filename"] == "manual.pdf")
+    assert citation["page"] == 37 and citation["documentId"] == pdf_doc["documentId"] and FACT in citation["quote"]
+    await ws.close()
+
+    assert a.request("DELETE", f"/api/knowledge/{kb['id']}", None)[0] == 204
+    with psycopg.connect(instances.url) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM knowledge_chunks").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM knowledge_documents").fetchone()[0] == 0

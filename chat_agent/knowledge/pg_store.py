@@ -122,8 +122,8 @@ class PostgresKnowledge:
             return True
 
     async def begin_indexing(self, owner: str, document_id: str) -> Document | None:
-        await self._query("UPDATE knowledge_documents SET runs = runs + 1 WHERE owner = %s AND id = %s"
-                          " AND status = 'indexing'", owner, document_id)
+        await self._query("UPDATE knowledge_documents SET runs = runs + 1 WHERE owner = %s AND id = %s",
+                          owner, document_id)
         document = await self.document(owner, document_id)
         return document if document is not None and document.status == "indexing" else None
 

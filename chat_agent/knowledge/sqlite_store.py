@@ -157,8 +157,8 @@ class SqliteKnowledge:
         return await self._run(job)
 
     async def begin_indexing(self, owner: str, document_id: str) -> Document | None:
-        await self._query("UPDATE knowledge_documents SET runs = runs + 1 WHERE owner = ? AND id = ?"
-                          " AND status = 'indexing'", owner, document_id)
+        await self._query("UPDATE knowledge_documents SET runs = runs + 1 WHERE owner = ? AND id = ?",
+                          owner, document_id)
         document = await self.document(owner, document_id)
         return document if document is not None and document.status == "indexing" else None
 
