@@ -56,6 +56,10 @@ export function describe(frame: ServerFrame): string {
     case "status":
       // 1.2 "Live status": never in the event log, so no seq; messageId only when about a reply.
       return `${frame.state} ${frame.elapsed.toFixed(1)} ${frame.detail}${frame.messageId == null ? "" : ` ${frame.messageId}`}`;
+    case "citation":
+      // 1.2 "Knowledge bases and citations": a numbered source of the text streamed so far.
+      return `[${frame.citation.index + 0}] ${frame.citation.filename}` +
+        (frame.citation.page == null ? "" : ` p. ${frame.citation.page + 0}`) + ` ${frame.citation.quote.length}`;
     case "pong":
       return "pong";
     default:
