@@ -14,6 +14,7 @@ by reciprocal rank (a chunk's score is the sum of 1 / (RRF_K + rank) over the li
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
@@ -177,13 +178,18 @@ class Knowledge:
         """The best `limit` chunks of the owner's collections for `query`."""
         if not collection_ids or not query_words(query):
             return []
-        rankings: list[list[int]] = []
+        searches = []
         if mode in ("text", "hybrid"):
-            rankings.append(await self.store.search_text(owner, collection_ids, query, CANDIDATES))
+            searches.append(self.store.search_text(owner, collection_ids, query, CANDIDATES))
         if mode in ("vector", "hybrid") and self.embedder is not None:
-            vector = (await self.embedder.embed([query]))[0]
-            rankings.append(await self.store.search_vector(owner, collection_ids, vector, CANDIDATES))
+            searches.append(self._nearest(owner, collection_ids, query))
+        rankings = await asyncio.gather(*searches)  # the query is embedded while the text is searched
         return await self.store.hits(owner, fuse(rankings)[:limit])
+
+    async def _nearest(self, owner: str, collection_ids: Sequence[str], query: str) -> list[int]:
+        assert self.embedder is not None
+        vector = (await self.embedder.embed([query]))[0]
+        return await self.store.search_vector(owner, collection_ids, vector, CANDIDATES)
 
     async def chunk(self, owner: str, chunk_id: int) -> Hit | None:
         """The owner's chunk of that id (what a citation points at); None for any other."""

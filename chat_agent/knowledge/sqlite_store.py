@@ -1,11 +1,17 @@
 """Knowledge bases in the SQLite file, through APSW: the standard library's sqlite3 module
 may be built without extension loading (pyenv's is), and sqlite-vec is an extension. One
-connection on one thread, like the quota counters'; WAL lets it read beside the store's."""
+connection on one thread, like the quota counters'; WAL lets it read beside the store's.
+
+Vectors are in sqlite-vec `vec0` tables, `knowledge_vec_{dimensions}` (an embeddings model
+has one size; another model makes another table), keyed by chunk id and partitioned by
+collection, so a search reads only the collections it names. Deleting chunks deletes their
+vectors in the same transaction."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -20,6 +26,9 @@ T = TypeVar("T")
 
 _DOCUMENT = ("SELECT id, collection_id, owner, file_id, filename, media_type, status, created_at, error, pages,"
              " chunks, indexed_at, runs FROM knowledge_documents")
+# The vec0 tables themselves, not their shadow tables (`knowledge_vec_384_chunks`...).
+_VEC_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLOB 'knowledge_vec_[0-9]*'"
+               " AND sql LIKE 'CREATE VIRTUAL TABLE%'")
 _HIT = ("SELECT c.id, c.document_id, c.collection_id, d.filename, c.page, c.heading, c.text"
         " FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id"
         " WHERE c.owner = ? AND c.id IN ({ids})")
@@ -62,6 +71,20 @@ class SqliteKnowledge:
             self._thread.shutdown(wait=True)
             self._thread = None
 
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction that takes the write lock first (BEGIN IMMEDIATE): one that read
+        first and then wrote would fail at once, without waiting, had the store's connection
+        committed in between (SQLITE_BUSY_SNAPSHOT in WAL mode)."""
+        assert self._db is not None
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
     async def _run(self, job: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._thread, job)
 
@@ -96,10 +119,12 @@ class SqliteKnowledge:
     async def delete_collection(self, owner: str, collection_id: str) -> bool:
         def job() -> bool:
             assert self._db is not None
-            with self._db:
+            with self._writing():
                 found = self._rows("SELECT 1 FROM knowledge_collections WHERE owner = ? AND id = ?",
                                    (owner, collection_id))
                 # The chunks first, by their own index: the cascade would find them one document at a time.
+                self._drop_vectors("SELECT id FROM knowledge_chunks WHERE owner = ? AND collection_id = ?",
+                                   (owner, collection_id))
                 self._rows("DELETE FROM knowledge_chunks WHERE owner = ? AND collection_id = ?", (owner, collection_id))
                 self._rows("DELETE FROM knowledge_collections WHERE owner = ? AND id = ?", (owner, collection_id))
             return bool(found)
@@ -125,9 +150,11 @@ class SqliteKnowledge:
     async def delete_document(self, owner: str, collection_id: str, document_id: str) -> bool:
         def job() -> bool:
             assert self._db is not None
-            with self._db:
+            with self._writing():
                 found = self._rows("SELECT 1 FROM knowledge_documents WHERE owner = ? AND collection_id = ? AND id = ?",
                                    (owner, collection_id, document_id))
+                if found:
+                    self._drop_vectors("SELECT id FROM knowledge_chunks WHERE document_id = ?", (document_id,))
                 self._rows("DELETE FROM knowledge_documents WHERE owner = ? AND collection_id = ? AND id = ?",
                            (owner, collection_id, document_id))
             return bool(found)
@@ -137,20 +164,24 @@ class SqliteKnowledge:
                               vectors: Sequence[Sequence[float]] | None, pages: int | None, now: float) -> bool:
         def job() -> bool:
             assert self._db is not None
-            with self._db:
+            with self._writing():
                 found = self._rows("SELECT collection_id FROM knowledge_documents WHERE owner = ? AND id = ?",
                                    (owner, document_id))
                 if not found:
                     return False
                 collection_id = found[0][0]
+                self._drop_vectors("SELECT id FROM knowledge_chunks WHERE document_id = ?", (document_id,))
                 self._rows("DELETE FROM knowledge_chunks WHERE document_id = ?", (document_id,))
-                cursor = self._db.cursor()
-                cursor.executemany(
-                    "INSERT INTO knowledge_chunks (document_id, collection_id, owner, ord, page, heading, text,"
-                    " embedding) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [(document_id, collection_id, owner, c.ord, c.page, c.heading, c.text,
-                      sqlite_vec.serialize_float32(list(vectors[i])) if vectors else None)
-                     for i, c in enumerate(chunks)])
+                ids = [self._rows("INSERT INTO knowledge_chunks (document_id, collection_id, owner, ord, page, heading,"
+                                  " text) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                                  (document_id, collection_id, owner, c.ord, c.page, c.heading, c.text))[0][0]
+                       for c in chunks]
+                if vectors:
+                    table = self._vector_table(len(vectors[0]))
+                    self._db.cursor().executemany(
+                        f"INSERT INTO {table} (rowid, collection_id, embedding) VALUES (?, ?, ?)",
+                        [(chunk_id, collection_id, sqlite_vec.serialize_float32(list(vector)))
+                         for chunk_id, vector in zip(ids, vectors)])
                 self._rows("UPDATE knowledge_documents SET status = 'ready', error = NULL, pages = ?, chunks = ?,"
                            " indexed_at = ? WHERE id = ?", (pages, len(chunks), now, document_id))
             return True
@@ -179,14 +210,34 @@ class SqliteKnowledge:
 
     async def search_vector(self, owner: str, collection_ids: Sequence[str], vector: Sequence[float],
                             limit: int) -> list[int]:
-        if not collection_ids:
-            return []
-        rows = await self._query(
-            "SELECT id FROM knowledge_chunks"
-            f" WHERE owner = ? AND collection_id IN ({_marks(collection_ids)}) AND embedding IS NOT NULL"
-            " ORDER BY vec_distance_cosine(embedding, ?) LIMIT ?",
-            owner, *collection_ids, sqlite_vec.serialize_float32(list(vector)), limit)
-        return [row[0] for row in rows]
+        def job() -> list[int]:
+            table = f"knowledge_vec_{len(vector)}"
+            if not collection_ids or not self._rows(f"{_VEC_TABLES} AND name = ?", (table,)):
+                return []
+            query = sqlite_vec.serialize_float32(list(vector))
+            found: list[tuple[float, int]] = []
+            for collection_id in dict.fromkeys(collection_ids):  # a KNN query reads one partition
+                found += [(row[1], row[0]) for row in self._rows(
+                    f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? AND collection_id = ?",
+                    (query, limit, collection_id))]
+            best = [chunk_id for _, chunk_id in sorted(found)[:limit]]
+            if not best:
+                return []
+            mine = {row[0] for row in self._rows(
+                f"SELECT id FROM knowledge_chunks WHERE owner = ? AND id IN ({_marks(best)})", (owner, *best))}
+            return [chunk_id for chunk_id in best if chunk_id in mine]
+        return await self._run(job)
+
+    def _vector_table(self, dimensions: int) -> str:
+        table = f"knowledge_vec_{int(dimensions)}"
+        self._rows(f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0(collection_id TEXT PARTITION KEY,"
+                   f" embedding FLOAT[{int(dimensions)}] distance_metric=cosine)")
+        return table
+
+    def _drop_vectors(self, chunks: str, args: Sequence[Any]) -> None:
+        """Deletes the vectors of the chunks `chunks` selects, from every vector table."""
+        for (table,) in self._rows(_VEC_TABLES):
+            self._rows(f"DELETE FROM {table} WHERE rowid IN ({chunks})", args)
 
     async def hits(self, owner: str, chunk_ids: Sequence[int]) -> list[Hit]:
         if not chunk_ids:

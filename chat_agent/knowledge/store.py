@@ -18,15 +18,25 @@ from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Statu
 
 MAX_QUERY_WORDS = 32
 _WORD = re.compile(r"\w+", re.UNICODE)
+# Words that say nothing of what is sought: ORed in, they would match most chunks, which costs
+# time and ranks nothing (PostgreSQL's `english` configuration drops the same ones).
+STOP_WORDS = frozenset("""a about above after again all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each few for from further had has have having
+he her here hers him his how i if in into is it its itself just me more most my no nor not now of off on once
+only or other our ours out over own same she should so some such than that the their theirs them then there
+these they this those through to too under until up very was we were what when where which while who whom why
+will with would you your yours""".split())
 
 
 def query_words(query: str) -> list[str]:
-    """The words of a query, lower-cased, each once, in order: what a full-text search ORs."""
+    """The words of a query, lower-cased, each once, in order, stop words left out unless
+    there is nothing else: what a full-text search ORs."""
     seen: dict[str, None] = {}
     for word in _WORD.findall(query.lower()):
         if len(word) > 1 or word.isdigit():
             seen.setdefault(word, None)
-    return list(seen)[:MAX_QUERY_WORDS]
+    words = [w for w in seen if w not in STOP_WORDS] or list(seen)
+    return words[:MAX_QUERY_WORDS]
 
 
 class KnowledgeStore(Protocol):

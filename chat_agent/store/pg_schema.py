@@ -267,8 +267,9 @@ _V9 = (
 )
 
 # Knowledge bases (schema.py explains them). Full text: a generated tsvector under a GIN index.
-# Vectors: a plain REAL[] column, unit length, scored by the database (a dot product over
-# unnest): pgvector is not assumed to be installed.
+# Vectors without pgvector (not assumed installed): a plain REAL[] column, unit length, and its
+# signs as a bit string, scored by the database: the Hamming distance of the bits (bit_count,
+# native) picks candidates, their dot product over unnest ranks them.
 _V10 = (
     """CREATE TABLE knowledge_collections (
         id TEXT PRIMARY KEY,
@@ -303,6 +304,7 @@ _V10 = (
         heading TEXT NOT NULL DEFAULT '',
         text TEXT NOT NULL,
         embedding REAL[],
+        embedding_bits BIT VARYING,
         tsv TSVECTOR GENERATED ALWAYS AS (
             setweight(to_tsvector('english', heading), 'B') || to_tsvector('english', text)) STORED
     )""",

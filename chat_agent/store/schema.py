@@ -256,8 +256,9 @@ _V9 = (
 # indexed in the background: status and the reason it failed) and the documents' chunks. Chunks
 # carry their owner and collection so that a search filters on them without a join; deleting a
 # collection or a document cascades to its chunks, and the triggers take them out of the
-# full-text index (FTS5, external content: the text is kept once). A chunk's vector, when an
-# embeddings model is configured, is a float32 BLOB scored by sqlite-vec's functions.
+# full-text index (FTS5, external content: the text is kept once). Vectors, when an embeddings
+# model is configured, live in sqlite-vec `vec0` tables that the knowledge store creates itself
+# (one per dimension, partitioned by collection), since creating one needs the extension loaded.
 _V10 = (
     """CREATE TABLE knowledge_collections (
         id TEXT PRIMARY KEY,
@@ -290,8 +291,7 @@ _V10 = (
         ord INTEGER NOT NULL,
         page INTEGER,
         heading TEXT NOT NULL DEFAULT '',
-        text TEXT NOT NULL,
-        embedding BLOB
+        text TEXT NOT NULL
     )""",
     "CREATE INDEX knowledge_chunks_by_document ON knowledge_chunks (document_id, ord)",
     "CREATE INDEX knowledge_chunks_by_collection ON knowledge_chunks (collection_id)",
