@@ -5,6 +5,7 @@ stored text part, after a restart too. Another user sees none of it."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from typing import Iterator
 
@@ -298,3 +299,26 @@ async def test_two_instances_on_postgresql_index_each_document_once(instances, f
     with psycopg.connect(instances.url) as conn:
         assert conn.execute("SELECT COUNT(*) FROM knowledge_chunks").fetchone()[0] == 0
         assert conn.execute("SELECT COUNT(*) FROM knowledge_documents").fetchone()[0] == 0
+
+
+def test_the_python_client_prints_the_sources(server, fake_anthropic):
+    import subprocess
+    import sys
+
+    from tests import reaper
+    from tests.support import ROOT
+
+    status, kb = server.request("POST", "/api/knowledge", None, {"name": "Handbook"})
+    assert status == 201
+    upload_id = upload_anonymous(server, "handbook.docx", handbook_docx())
+    assert server.request("POST", f"/api/knowledge/{kb['id']}/documents", None, {"uploadId": upload_id})[0] == 202
+    asyncio.run(documents_settled(server, kb["id"], None, 1))
+    fake_anthropic.enqueue(Reply([ToolUse("search_knowledge", {"query": "vacation days"})]),
+                           Reply([CitedText("Twenty-eight days a year.", result=0, quote="twenty-eight vacation days")]))
+    result: subprocess.CompletedProcess[str] = reaper.run(
+        [sys.executable, "-m", "chat_agent.client", "--url", server.ws_url, "--knowledge", kb["id"],
+         "--message", "How many vacation days?"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "Twenty-eight days a year." in result.stdout
+    assert "[1] handbook.docx — “twenty-eight vacation days”" in result.stdout + result.stderr
+    assert "search_knowledge" in result.stderr and "handbook.docx" in result.stderr  # the tool card's result
