@@ -107,6 +107,10 @@ class Citation(Model):
     filename: str
     page: int | None = Field(default=None, exclude_if=_omit_none)
     quote: str
+    # Ours (the contract leaves room): on a stored text part, how many characters of its text
+    # the citation follows, so a client redrawing the history puts the mark where it was shown
+    # live. A live `citation` frame has none: it follows the text streamed so far.
+    offset: int | None = Field(default=None, exclude_if=_omit_none)
 
 
 class TextPart(Model):

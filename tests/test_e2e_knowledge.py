@@ -69,6 +69,14 @@ def chunk_rows(data_dir, sql: str, *args) -> int:
         return db.execute(sql, args).fetchone()[0]
 
 
+def vector_rows(data_dir) -> int:
+    """Vectors stored: in sqlite-vec's vec0 tables (read through their own rowids tables: this
+    connection has no sqlite-vec), or in knowledge_vectors where Python's sqlite3 cannot load it."""
+    with sqlite3.connect(data_dir / "chat-agent.db") as db:
+        tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE name GLOB 'knowledge_vec_*_rowids'")]
+        return sum(db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ["knowledge_vectors", *tables])
+
+
 async def test_documents_are_indexed_searched_and_cited(make_server, fake_anthropic, tmp_path):
     data_dir = tmp_path / "data"
     server = make_server(data_dir, CHAT_AGENT_API_KEYS=KEYS)
@@ -119,7 +127,9 @@ async def test_documents_are_indexed_searched_and_cited(make_server, fake_anthro
         assert status == 200, body
         return [c for m in body["messages"] for p in m["parts"] if p["type"] == "text" for c in p.get("citations", [])]
 
-    assert stored_citations() == [citation]
+    # Stored with where it was shown: after "According to the manual, the limit is 412 kelvin."
+    stored = {**citation, "offset": len(before)}
+    assert stored_citations() == [stored]
     # A message without knowledge is not offered the tool.
     fake_anthropic.enqueue(Reply("Plain answer."))
     ws, _ = await connect(server, conversation_id, token=ALICE)
@@ -133,7 +143,7 @@ async def test_documents_are_indexed_searched_and_cited(make_server, fake_anthro
     server = make_server(data_dir, CHAT_AGENT_API_KEYS=KEYS)
     ws, session = await connect(server, conversation_id, token=ALICE)
     cited_reply = session["messages"][-3]
-    assert [c for p in cited_reply["parts"] if p["type"] == "text" for c in p.get("citations", [])] == [citation]
+    assert [c for p in cited_reply["parts"] if p["type"] == "text" for c in p.get("citations", [])] == [stored]
     await ws.close()
 
     # Bob sees nothing of Alice's: not her collection, its documents, nor her conversation.
@@ -164,7 +174,7 @@ async def test_documents_are_indexed_searched_and_cited(make_server, fake_anthro
     assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_fts WHERE knowledge_fts MATCH 'vacation'") == 0
     assert api(server, "GET", "/api/knowledge", ALICE) == (200, {"collections": []})
     # The stored citation stays as it was shown (the reply is history), pointing at a deleted document.
-    assert stored_citations() == [citation]
+    assert stored_citations() == [stored]
 
 
 async def test_bad_requests_and_failed_documents(server):
@@ -226,8 +236,7 @@ async def test_openai_markers_become_citations_and_vectors_are_searched(make_ser
     [doc] = await documents_settled(server, kb["id"], None, 1)
     assert doc["status"] == "ready", doc
     # Every chunk has its vector, from the endpoint, in batches.
-    # (read through the vec0 table's own rowids table: this connection has no sqlite-vec)
-    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_vec_384_rowids") == doc["chunks"]
+    assert vector_rows(data_dir) == doc["chunks"]
     embedded = sum(len(r["input"]) for r in fake_openai.embedding_requests if r["model"] == "embed-test")
     assert embedded >= doc["chunks"]
 
@@ -252,12 +261,15 @@ async def test_openai_markers_become_citations_and_vectors_are_searched(make_ser
     assert cited[0]["documentId"] == doc["documentId"] and cited[0]["filename"] == "manual.pdf"
     status, body = server.request("GET", f"/api/conversations/{frames[-1]['conversationId']}/messages", None)
     parts = body["messages"][-1]["parts"]
-    assert [c for p in parts if p["type"] == "text" for c in p.get("citations", [])] == cited
+    text = "".join(f["content"] for f in frames if f["type"] == "content_chunk")
+    offsets = [text.index("[1]") + 3, text.index("[1, 9]") + 6]  # each right after its marker
+    assert [c for p in parts if p["type"] == "text" for c in p.get("citations", [])] == [
+        {**c, "offset": at} for c, at in zip(cited, offsets)]
     await ws.close()
     # The collection's deletion takes the vectors with the chunks.
     deleted = server.request("DELETE", f"/api/knowledge/{kb['id']}", None)
     assert deleted[0] == 204, (deleted, server.log()[-3000:])
-    assert chunk_rows(data_dir, "SELECT COUNT(*) FROM knowledge_vec_384_rowids") == 0
+    assert vector_rows(data_dir) == 0
 
 
 # ---- PostgreSQL, two instances ------------------------------------------------------------------

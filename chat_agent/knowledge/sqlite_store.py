@@ -1,11 +1,14 @@
-"""Knowledge bases in the SQLite file, through APSW: the standard library's sqlite3 module
-may be built without extension loading (pyenv's is), and sqlite-vec is an extension. One
-connection on one thread, like the quota counters'; WAL lets it read beside the store's.
+"""Knowledge bases in the SQLite file, on a connection of their own (one thread, like the
+quota counters'); WAL lets it read beside the store's. The standard library's sqlite3 module,
+as the store's: a second copy of SQLite in the process (APSW's, say) would break the file
+locks the two share, which corrupts a WAL database.
 
 Vectors are in sqlite-vec `vec0` tables, `knowledge_vec_{dimensions}` (an embeddings model
 has one size; another model makes another table), keyed by chunk id and partitioned by
 collection, so a search reads only the collections it names. Deleting chunks deletes their
-vectors in the same transaction."""
+vectors in the same transaction. A Python whose sqlite3 cannot load extensions (built without
+`--enable-loadable-sqlite-extensions`, as pyenv builds it by default) keeps them in the
+`knowledge_vectors` table instead, scored by a function of ours, much slower; the log says so."""
 
 from __future__ import annotations
 
@@ -16,13 +19,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-import apsw
+import logging
+import operator
+import sqlite3
+import struct
+
 import sqlite_vec
 
 from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Status
 from chat_agent.knowledge.store import query_words
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _DOCUMENT = ("SELECT id, collection_id, owner, file_id, filename, media_type, status, created_at, error, pages,"
              " chunks, indexed_at, runs FROM knowledge_documents")
@@ -32,6 +40,19 @@ _VEC_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' AND name GLO
 _HIT = ("SELECT c.id, c.document_id, c.collection_id, d.filename, c.page, c.heading, c.text"
         " FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id"
         " WHERE c.owner = ? AND c.id IN ({ids})")
+
+
+class _Dot:
+    """`knowledge_dot(row, query)`: the dot product of two float32 vectors (unit length: their
+    cosine). A search passes one query for every row: it is unpacked once."""
+
+    def __init__(self) -> None:
+        self._query: tuple[bytes, tuple[float, ...]] = (b"", ())
+
+    def __call__(self, row: bytes, query: bytes) -> float:
+        if query != self._query[0]:
+            self._query = (query, struct.unpack(f"{len(query) // 4}f", query))
+        return sum(map(operator.mul, struct.unpack(f"{len(row) // 4}f", row), self._query[1]))
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -47,19 +68,28 @@ class SqliteKnowledge:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._db: apsw.Connection | None = None
+        self._db: sqlite3.Connection | None = None
+        self.vec = False  # sqlite-vec loaded: vectors in vec0 tables
         self._thread: ThreadPoolExecutor | None = None
 
     async def start(self) -> None:
         self._thread = ThreadPoolExecutor(1, thread_name_prefix="knowledge")
 
-        def connect() -> apsw.Connection:
-            db = apsw.Connection(str(self.path))
-            db.set_busy_timeout(5000)
-            db.enable_load_extension(True)
-            db.load_extension(sqlite_vec.loadable_path())
-            db.enable_load_extension(False)
+        def connect() -> sqlite3.Connection:
+            db = sqlite3.connect(self.path, timeout=5.0, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA foreign_keys = ON")
+            if hasattr(db, "enable_load_extension"):
+                try:
+                    db.enable_load_extension(True)
+                    sqlite_vec.load(db)
+                    db.enable_load_extension(False)
+                    self.vec = True
+                except sqlite3.Error as exc:
+                    log.warning("sqlite-vec could not be loaded (%s): vectors are scored without it, slowly", exc)
+            else:
+                log.warning("this Python's sqlite3 cannot load extensions: knowledge vectors are scored without "
+                            "sqlite-vec, slowly (build Python with --enable-loadable-sqlite-extensions)")
+            db.create_function("knowledge_dot", 2, _Dot(), deterministic=True)
             return db
         self._db = await self._run(connect)
 
@@ -90,7 +120,7 @@ class SqliteKnowledge:
 
     def _rows(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         assert self._db is not None
-        return list(self._db.execute(sql, tuple(args)))
+        return self._db.execute(sql, tuple(args)).fetchall()
 
     async def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         return await self._run(lambda: self._rows(sql, args))
@@ -177,9 +207,10 @@ class SqliteKnowledge:
                                   (document_id, collection_id, owner, c.ord, c.page, c.heading, c.text))[0][0]
                        for c in chunks]
                 if vectors:
-                    table = self._vector_table(len(vectors[0]))
-                    self._db.cursor().executemany(
-                        f"INSERT INTO {table} (rowid, collection_id, embedding) VALUES (?, ?, ?)",
+                    table = self._vector_table(len(vectors[0])) if self.vec else "knowledge_vectors"
+                    key = "rowid" if self.vec else "chunk_id"
+                    self._db.executemany(
+                        f"INSERT INTO {table} ({key}, collection_id, embedding) VALUES (?, ?, ?)",
                         [(chunk_id, collection_id, sqlite_vec.serialize_float32(list(vector)))
                          for chunk_id, vector in zip(ids, vectors)])
                 self._rows("UPDATE knowledge_documents SET status = 'ready', error = NULL, pages = ?, chunks = ?,"
@@ -212,9 +243,15 @@ class SqliteKnowledge:
                             limit: int) -> list[int]:
         def job() -> list[int]:
             table = f"knowledge_vec_{len(vector)}"
+            query = sqlite_vec.serialize_float32(list(vector))
+            if collection_ids and not self.vec:
+                return [row[0] for row in self._rows(
+                    "SELECT v.chunk_id FROM knowledge_vectors v JOIN knowledge_chunks c ON c.id = v.chunk_id"
+                    f" WHERE c.owner = ? AND v.collection_id IN ({_marks(collection_ids)})"
+                    " AND length(v.embedding) = ? ORDER BY knowledge_dot(v.embedding, ?) DESC LIMIT ?",
+                    (owner, *collection_ids, len(query), query, limit))]
             if not collection_ids or not self._rows(f"{_VEC_TABLES} AND name = ?", (table,)):
                 return []
-            query = sqlite_vec.serialize_float32(list(vector))
             found: list[tuple[float, int]] = []
             for collection_id in dict.fromkeys(collection_ids):  # a KNN query reads one partition
                 found += [(row[1], row[0]) for row in self._rows(
@@ -235,7 +272,10 @@ class SqliteKnowledge:
         return table
 
     def _drop_vectors(self, chunks: str, args: Sequence[Any]) -> None:
-        """Deletes the vectors of the chunks `chunks` selects, from every vector table."""
+        """Deletes the vectors of the chunks `chunks` selects, from every vector table (those of
+        `knowledge_vectors` go with their chunks, by its foreign key)."""
+        if not self.vec:
+            return
         for (table,) in self._rows(_VEC_TABLES):
             self._rows(f"DELETE FROM {table} WHERE rowid IN ({chunks})", args)
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from chat_agent.model.types import CitationDelta
+from chat_agent.model.types import CitationDelta, TextDelta
 
 HOW_TO_CITE = ("[Search results follow, each headed by its number. When you use one, cite it by writing its number "
                "in square brackets, like [1], right after the sentence it supports.]")
@@ -95,20 +95,31 @@ class MarkerScanner:
         self._done = 0  # characters of `_text` already scanned
 
     def feed(self, piece: str) -> list[CitationDelta]:
+        return [item for item in self.split(piece) if isinstance(item, CitationDelta)]
+
+    def split(self, piece: str) -> list[TextDelta | CitationDelta]:
+        """The piece of text, cut after each marker it completes, with that marker's citations
+        there: a citation follows exactly the text it was written after."""
         if not self._sources:
-            return []
+            return [TextDelta(piece)]
+        start = len(self._text)
         self._text += piece
-        found: list[CitationDelta] = []
-        scanned = self._done
+        items: list[TextDelta | CitationDelta] = []
+        scanned, cut = self._done, start
         for match in _MARKER.finditer(self._text, self._done):
             scanned = match.end()
-            for number in (int(n) for n in match.group(1).split(",")):
-                if 1 <= number <= len(self._sources):
-                    source = self._sources[number - 1]
-                    found.append(CitationDelta(number, source, result_text(self._messages, source)))
+            found = [CitationDelta(n, self._sources[n - 1], result_text(self._messages, self._sources[n - 1]))
+                     for n in (int(n) for n in match.group(1).split(",")) if 1 <= n <= len(self._sources)]
+            if found:
+                if match.end() > cut:
+                    items.append(TextDelta(self._text[cut:match.end()]))
+                    cut = match.end()
+                items += found
+        if cut < len(self._text):
+            items.append(TextDelta(self._text[cut:]))
         tail = _OPEN_TAIL.search(self._text, scanned)
         self._done = tail.start() if tail else len(self._text)
-        return found
+        return items
 
     def citation(self, source: str, cited_text: str) -> CitationDelta | None:
         """A citation the provider made itself, numbered; None for a source not in the request."""

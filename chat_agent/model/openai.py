@@ -148,10 +148,11 @@ class OpenAIClient:
                     async for chunk in stream:
                         span.first_chunk()
                         for item in chunks.feed(chunk):
-                            yield item
-                            if isinstance(item, TextDelta):
-                                for citation in markers.feed(item.text):
-                                    yield citation
+                            if isinstance(item, TextDelta):  # cut after each `[n]`, its citation there
+                                for piece in markers.split(item.text):
+                                    yield piece
+                            else:
+                                yield item
                         await fair.take_turns()
                 if chunks.finish is None:
                     raise _Unfinished()

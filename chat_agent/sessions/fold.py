@@ -40,7 +40,7 @@ def fold(message: VisibleMessage, frame: ServerFrame) -> None:
             if not isinstance(last, TextPart):
                 last = TextPart(text="")
                 message.parts.append(last)
-            last.citations.append(citation)
+            last.citations.append(citation.model_copy(update={"offset": len(last.text)}))
         case ToolStart(tool_id=tool_id, name=name, input=tool_input):
             message.parts.append(ToolPart(tool_id=tool_id, name=name, input=tool_input))
         case ToolEnd(tool_id=tool_id, output=output, is_error=is_error, duration=duration):

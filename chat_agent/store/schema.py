@@ -258,7 +258,8 @@ _V9 = (
 # collection or a document cascades to its chunks, and the triggers take them out of the
 # full-text index (FTS5, external content: the text is kept once). Vectors, when an embeddings
 # model is configured, live in sqlite-vec `vec0` tables that the knowledge store creates itself
-# (one per dimension, partitioned by collection), since creating one needs the extension loaded.
+# (one per dimension, partitioned by collection), since creating one needs the extension loaded;
+# where Python's sqlite3 cannot load it, in `knowledge_vectors` (float32 BLOBs).
 _V10 = (
     """CREATE TABLE knowledge_collections (
         id TEXT PRIMARY KEY,
@@ -298,6 +299,12 @@ _V10 = (
     """CREATE VIRTUAL TABLE knowledge_fts USING fts5(
         heading, text, content = 'knowledge_chunks', content_rowid = 'id', tokenize = 'porter unicode61'
     )""",
+    """CREATE TABLE knowledge_vectors (
+        chunk_id INTEGER PRIMARY KEY REFERENCES knowledge_chunks (id) ON DELETE CASCADE,
+        collection_id TEXT NOT NULL,
+        embedding BLOB NOT NULL
+    )""",
+    "CREATE INDEX knowledge_vectors_by_collection ON knowledge_vectors (collection_id)",
     """CREATE TRIGGER knowledge_chunks_indexed AFTER INSERT ON knowledge_chunks BEGIN
         INSERT INTO knowledge_fts (rowid, heading, text) VALUES (NEW.id, NEW.heading, NEW.text);
     END""",
