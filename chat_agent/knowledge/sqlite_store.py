@@ -8,7 +8,9 @@ has one size; another model makes another table), keyed by chunk id and partitio
 collection, so a search reads only the collections it names. Deleting chunks deletes their
 vectors in the same transaction. A Python whose sqlite3 cannot load extensions (built without
 `--enable-loadable-sqlite-extensions`, as pyenv builds it by default) keeps them in the
-`knowledge_vectors` table instead, scored by a function of ours, much slower; the log says so."""
+`knowledge_vectors` table instead, with their signs as bits, scored by functions of ours: the
+Hamming distance of the bits picks `RESCORED` candidates, their exact dot product ranks them
+(binary quantization with rescoring, as on PostgreSQL); slower, and the log says so."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ from chat_agent.knowledge.store import query_words
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+RESCORED = 100  # candidates of the bit distance that the exact score ranks (without sqlite-vec)
 
 _DOCUMENT = ("SELECT id, collection_id, owner, file_id, filename, media_type, status, created_at, error, pages,"
              " chunks, indexed_at, runs FROM knowledge_documents")
@@ -53,6 +56,23 @@ class _Dot:
         if query != self._query[0]:
             self._query = (query, struct.unpack(f"{len(query) // 4}f", query))
         return sum(map(operator.mul, struct.unpack(f"{len(row) // 4}f", row), self._query[1]))
+
+
+class _Hamming:
+    """`knowledge_hamming(row_bits, query_bits)`: how many signs differ (the query's unpacked once)."""
+
+    def __init__(self) -> None:
+        self._query: tuple[bytes, int] = (b"", 0)
+
+    def __call__(self, row: bytes, query: bytes) -> int:
+        if query != self._query[0]:
+            self._query = (query, int.from_bytes(query, "little"))
+        return (int.from_bytes(row, "little") ^ self._query[1]).bit_count()
+
+
+def _bits(vector: Sequence[float]) -> bytes:
+    """The signs of a vector's components, one bit each."""
+    return sum(1 << i for i, x in enumerate(vector) if x > 0).to_bytes((len(vector) + 7) // 8, "little")
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -90,6 +110,7 @@ class SqliteKnowledge:
                 log.warning("this Python's sqlite3 cannot load extensions: knowledge vectors are scored without "
                             "sqlite-vec, slowly (build Python with --enable-loadable-sqlite-extensions)")
             db.create_function("knowledge_dot", 2, _Dot(), deterministic=True)
+            db.create_function("knowledge_hamming", 2, _Hamming(), deterministic=True)
             return db
         self._db = await self._run(connect)
 
@@ -207,12 +228,17 @@ class SqliteKnowledge:
                                   (document_id, collection_id, owner, c.ord, c.page, c.heading, c.text))[0][0]
                        for c in chunks]
                 if vectors:
-                    table = self._vector_table(len(vectors[0])) if self.vec else "knowledge_vectors"
-                    key = "rowid" if self.vec else "chunk_id"
-                    self._db.executemany(
-                        f"INSERT INTO {table} ({key}, collection_id, embedding) VALUES (?, ?, ?)",
-                        [(chunk_id, collection_id, sqlite_vec.serialize_float32(list(vector)))
-                         for chunk_id, vector in zip(ids, vectors)])
+                    if self.vec:
+                        self._db.executemany(
+                            f"INSERT INTO {self._vector_table(len(vectors[0]))} (rowid, collection_id, embedding)"
+                            " VALUES (?, ?, ?)", [(chunk_id, collection_id, sqlite_vec.serialize_float32(list(vector)))
+                                                  for chunk_id, vector in zip(ids, vectors)])
+                    else:
+                        self._db.executemany(
+                            "INSERT INTO knowledge_vectors (chunk_id, collection_id, embedding, bits)"
+                            " VALUES (?, ?, ?, ?)",
+                            [(chunk_id, collection_id, sqlite_vec.serialize_float32(list(vector)), _bits(vector))
+                             for chunk_id, vector in zip(ids, vectors)])
                 self._rows("UPDATE knowledge_documents SET status = 'ready', error = NULL, pages = ?, chunks = ?,"
                            " indexed_at = ? WHERE id = ?", (pages, len(chunks), now, document_id))
             return True
@@ -245,11 +271,13 @@ class SqliteKnowledge:
             table = f"knowledge_vec_{len(vector)}"
             query = sqlite_vec.serialize_float32(list(vector))
             if collection_ids and not self.vec:
-                return [row[0] for row in self._rows(
-                    "SELECT v.chunk_id FROM knowledge_vectors v JOIN knowledge_chunks c ON c.id = v.chunk_id"
-                    f" WHERE c.owner = ? AND v.collection_id IN ({_marks(collection_ids)})"
-                    " AND length(v.embedding) = ? ORDER BY knowledge_dot(v.embedding, ?) DESC LIMIT ?",
-                    (owner, *collection_ids, len(query), query, limit))]
+                best = [row[0] for row in self._rows(
+                    "SELECT chunk_id FROM (SELECT chunk_id, embedding FROM knowledge_vectors"
+                    f"  WHERE collection_id IN ({_marks(collection_ids)}) AND length(embedding) = ?"
+                    "  ORDER BY knowledge_hamming(bits, ?) LIMIT ?)"
+                    " ORDER BY knowledge_dot(embedding, ?) DESC LIMIT ?",
+                    (*collection_ids, len(query), _bits(vector), max(limit, RESCORED), query, limit))]
+                return self._owned(owner, best)
             if not collection_ids or not self._rows(f"{_VEC_TABLES} AND name = ?", (table,)):
                 return []
             found: list[tuple[float, int]] = []
@@ -257,13 +285,16 @@ class SqliteKnowledge:
                 found += [(row[1], row[0]) for row in self._rows(
                     f"SELECT rowid, distance FROM {table} WHERE embedding MATCH ? AND k = ? AND collection_id = ?",
                     (query, limit, collection_id))]
-            best = [chunk_id for _, chunk_id in sorted(found)[:limit]]
-            if not best:
-                return []
-            mine = {row[0] for row in self._rows(
-                f"SELECT id FROM knowledge_chunks WHERE owner = ? AND id IN ({_marks(best)})", (owner, *best))}
-            return [chunk_id for chunk_id in best if chunk_id in mine]
+            return self._owned(owner, [chunk_id for _, chunk_id in sorted(found)[:limit]])
         return await self._run(job)
+
+    def _owned(self, owner: str, chunk_ids: list[int]) -> list[int]:
+        """Those of the chunks that are the owner's, in order."""
+        if not chunk_ids:
+            return []
+        mine = {row[0] for row in self._rows(
+            f"SELECT id FROM knowledge_chunks WHERE owner = ? AND id IN ({_marks(chunk_ids)})", (owner, *chunk_ids))}
+        return [chunk_id for chunk_id in chunk_ids if chunk_id in mine]
 
     def _vector_table(self, dimensions: int) -> str:
         table = f"knowledge_vec_{int(dimensions)}"

@@ -259,7 +259,8 @@ _V9 = (
 # full-text index (FTS5, external content: the text is kept once). Vectors, when an embeddings
 # model is configured, live in sqlite-vec `vec0` tables that the knowledge store creates itself
 # (one per dimension, partitioned by collection), since creating one needs the extension loaded;
-# where Python's sqlite3 cannot load it, in `knowledge_vectors` (float32 BLOBs).
+# where Python's sqlite3 cannot load it, in `knowledge_vectors` (float32 BLOBs, and their signs
+# as bits for a first, coarse pass).
 _V10 = (
     """CREATE TABLE knowledge_collections (
         id TEXT PRIMARY KEY,
@@ -302,7 +303,8 @@ _V10 = (
     """CREATE TABLE knowledge_vectors (
         chunk_id INTEGER PRIMARY KEY REFERENCES knowledge_chunks (id) ON DELETE CASCADE,
         collection_id TEXT NOT NULL,
-        embedding BLOB NOT NULL
+        embedding BLOB NOT NULL,
+        bits BLOB NOT NULL
     )""",
     "CREATE INDEX knowledge_vectors_by_collection ON knowledge_vectors (collection_id)",
     """CREATE TRIGGER knowledge_chunks_indexed AFTER INSERT ON knowledge_chunks BEGIN
