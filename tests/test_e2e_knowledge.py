@@ -334,3 +334,16 @@ def test_the_python_client_prints_the_sources(server, fake_anthropic):
     assert "Twenty-eight days a year." in result.stdout
     assert "[1] handbook.docx — “twenty-eight vacation days”" in result.stdout + result.stderr
     assert "search_knowledge" in result.stderr and "handbook.docx" in result.stderr  # the tool card's result
+
+
+async def test_adding_documents_counts_against_the_upload_quota(make_server):
+    server = make_server(CHAT_AGENT_LIMITS="uploads_per_minute=3")
+    status, kb = server.request("POST", "/api/knowledge", None, {"name": "Quota"})
+    upload_id = upload_anonymous(server, "a.md", b"# A\n\nSome text.\n")  # the first of three
+    documents = f"/api/knowledge/{kb['id']}/documents"
+    assert server.request("POST", documents, None, {"uploadId": upload_id})[0] == 202
+    assert server.request("POST", documents, None, {"uploadId": upload_id})[0] == 202
+    refused = httpx.post(server.http_url + documents, json={"uploadId": upload_id}, timeout=10)
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert len(await documents_settled(server, kb["id"], None, 2)) == 2

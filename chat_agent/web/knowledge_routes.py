@@ -61,6 +61,8 @@ async def documents(request: Request, hub: Hub, owner: str) -> Response:
             body = await _json_body(request)
         except ValueError as exc:
             return _invalid(exc)
+        # Indexing is work like an upload's: it counts against uploads a minute (429 past it).
+        await request.app.state.quotas.upload(owner, None)
         document = await knowledge.add_document(owner, collection_id, body.get("uploadId"))
         return JSONResponse({**document.to_json(), "documentId": document.id, "status": document.status},
                             status_code=202)
