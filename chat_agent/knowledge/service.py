@@ -38,6 +38,7 @@ INDEX = "index"  # the job kind
 RRF_K = 60  # the usual constant of reciprocal rank fusion: ranks past the first few count little
 CANDIDATES = 50  # chunks each ranking contributes to the fusion
 MAX_NAME = 200
+INDEX_PARSE_TIMEOUT = 120.0  # seconds the parser may take over one document
 SOURCE_PREFIX = "knowledge:"
 
 Mode = Literal["text", "vector", "hybrid"]
@@ -188,7 +189,11 @@ class Knowledge:
 
     async def _nearest(self, owner: str, collection_ids: Sequence[str], query: str) -> list[int]:
         assert self.embedder is not None
-        vector = (await self.embedder.embed([query]))[0]
+        try:
+            vector = (await self.embedder.embed([query]))[0]
+        except EmbeddingError as exc:  # the search goes on with full text alone
+            log.warning("knowledge search without vectors: %s", exc)
+            return []
         return await self.store.search_vector(owner, collection_ids, vector, CANDIDATES)
 
     async def chunk(self, owner: str, chunk_id: int) -> Hit | None:
@@ -213,4 +218,5 @@ def create_knowledge(settings: Settings, store: Store, files: Files) -> Knowledg
             return None
         from chat_agent.knowledge.sqlite_store import SqliteKnowledge
         backend = SqliteKnowledge(path)
-    return Knowledge(backend, files, DocumentLibrary(files), embedder)
+    # A document indexed in the background may be long: more time to parse than an attachment's.
+    return Knowledge(backend, files, DocumentLibrary(files, timeout=INDEX_PARSE_TIMEOUT), embedder)
