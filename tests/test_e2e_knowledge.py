@@ -347,3 +347,15 @@ async def test_adding_documents_counts_against_the_upload_quota(make_server):
     assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
     assert refused.json()["error"]["code"] == "rate_limited"
     assert len(await documents_settled(server, kb["id"], None, 2)) == 2
+
+
+async def test_a_document_fails_with_its_reason_when_the_embeddings_endpoint_is_down(make_server):
+    from tests.support import free_port
+
+    server = make_server(OPENAI_BASE_URL=f"http://127.0.0.1:{free_port()}/v1", OPENAI_API_KEY="sk-none",
+                         CHAT_AGENT_EMBEDDINGS_MODEL="embed-test")
+    status, kb = server.request("POST", "/api/knowledge", None, {"name": "Unreachable"})
+    upload_id = upload_anonymous(server, "a.md", b"# A\n\nSome text.\n")
+    assert server.request("POST", f"/api/knowledge/{kb['id']}/documents", None, {"uploadId": upload_id})[0] == 202
+    [doc] = await documents_settled(server, kb["id"], None, 1)
+    assert doc["status"] == "failed" and "embeddings endpoint could not be reached" in doc["error"], doc
