@@ -32,8 +32,8 @@ from ag_ui.core import (BaseEvent, CustomEvent, ReasoningEndEvent, ReasoningMess
 
 from chat_agent import edits
 from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
-                                 ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, ServerFrame,
-                                 StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+                                 CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame,
+                                 ServerFrame, StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
 
 
 class AgUiRun:
@@ -91,7 +91,8 @@ class AgUiRun:
                 return [*self._set({**self.state, "title": title}), *self._custom("title", {"title": title})]
             case ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized):
                 return self._custom("context", {"tokens": tokens, "maxTokens": max_tokens, "summarized": summarized})
-            case ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared() | StatusFrame():
+            case (ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared() | StatusFrame()
+                  | CitationFrame()):
                 return self._custom(frame.type, frame.model_dump(mode="json", exclude={"type", "seq",
                                                                                        "conversation_id"}))
             case ErrorFrame():
