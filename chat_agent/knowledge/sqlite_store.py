@@ -271,12 +271,13 @@ class SqliteKnowledge:
             table = f"knowledge_vec_{len(vector)}"
             query = sqlite_vec.serialize_float32(list(vector))
             if collection_ids and not self.vec:
+                bits = _bits(vector)  # a vector of another size (another model's) has other bits
                 best = [row[0] for row in self._rows(
                     "SELECT chunk_id FROM (SELECT chunk_id, embedding FROM knowledge_vectors"
-                    f"  WHERE collection_id IN ({_marks(collection_ids)}) AND length(embedding) = ?"
+                    f"  WHERE collection_id IN ({_marks(collection_ids)}) AND length(bits) = ?"
                     "  ORDER BY knowledge_hamming(bits, ?) LIMIT ?)"
                     " ORDER BY knowledge_dot(embedding, ?) DESC LIMIT ?",
-                    (*collection_ids, len(query), _bits(vector), max(limit, RESCORED), query, limit))]
+                    (*collection_ids, len(bits), bits, max(limit, RESCORED), query, limit))]
                 return self._owned(owner, best)
             if not collection_ids or not self._rows(f"{_VEC_TABLES} AND name = ?", (table,)):
                 return []
