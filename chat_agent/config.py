@@ -297,6 +297,15 @@ class Settings(BaseSettings):
     research_max_searches: int = setting(8, "searches of one `deep_research` call")
     research_timeout: float = setting(240.0, "seconds of one `deep_research` call")
 
+    # Knowledge bases (chat_agent/knowledge): full text always; vectors with an embeddings model.
+    embeddings_model: str | None = setting(
+        None, "knowledge bases: an OpenAI-compatible `/v1/embeddings` model (OpenAI, Ollama, vLLM, a LiteLLM proxy) "
+        "whose vectors are searched beside the full text; without one, full text alone",
+        shown="none (full text only)", section="Knowledge bases")
+    embeddings_base_url: str | None = setting(None, "the embeddings endpoint's base URL (…/v1)",
+                                              shown="`OPENAI_BASE_URL`, else OpenAI's")
+    embeddings_api_key: str | None = setting(None, "its key", shown="`OPENAI_API_KEY`")
+
     max_frame_bytes: int = setting(1 << 20, "client frames above this get `too_large` (the socket stays)",
                                    section="Connections and limits")
     ws_ping_interval: float = setting(20.0, "seconds between WebSocket pings")

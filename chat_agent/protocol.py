@@ -18,7 +18,7 @@ from chat_agent import edits
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
 FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                             "continuation", "plan", "review", "tree", "search")
+                             "continuation", "plan", "review", "tree", "search", "knowledge", "citations")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",
@@ -134,9 +134,26 @@ def _omit_none(value: Any) -> bool:
     return value is None
 
 
+class Citation(Model):
+    """PROTOCOL 1.2 "Knowledge bases and citations": where a statement of the reply comes from,
+    a chunk of one of the user's knowledge documents. `index` is the source's number in the
+    turn's search results (the `[n]` a model without citations of its own writes)."""
+
+    index: int
+    document_id: str
+    filename: str
+    page: int | None = Field(default=None, exclude_if=_omit_none)
+    quote: str
+    # Ours (the contract leaves room): on a stored text part, how many characters of its text
+    # the citation follows, so a client redrawing the history puts the mark where it was shown
+    # live. A live `citation` frame has none: it follows the text streamed so far.
+    offset: int | None = Field(default=None, exclude_if=_omit_none)
+
+
 class TextPart(Model):
     type: Literal["text"] = "text"
     text: str
+    citations: list[Citation] = Field(default_factory=list, exclude_if=lambda v: not v)
 
 
 class ThinkingPart(Model):
@@ -526,6 +543,15 @@ class HistoryFrame(ServerFrame):
     more_before: str | None = None
 
 
+class CitationFrame(ServerFrame):
+    """A citation of the text streamed so far of `messageId` (PROTOCOL 1.2): it belongs to the
+    reply's text part being written, as `citations` of that part once stored."""
+
+    type: Literal["citation"] = "citation"
+    message_id: str
+    citation: Citation
+
+
 class Pong(ServerFrame):
     seq_sent: ClassVar[SeqSent] = "never"
     type: Literal["pong"] = "pong"
@@ -534,7 +560,7 @@ class Pong(ServerFrame):
 AnyServerFrame = Annotated[
     Union[SessionFrame, ContentChunk, ThinkingChunk, ToolStart, ToolProgress, ToolEnd, ApprovalRequest,
           ReviewFrame, ReviewRequest, ReviewDecided, ArtifactChunk, ArtifactFrame, ArtifactEdit, TitleFrame, ContextUpdate,
-          ContextCleared, Done, ErrorFrame, StatusFrame, HistoryFrame, Pong],
+          ContextCleared, Done, ErrorFrame, StatusFrame, HistoryFrame, CitationFrame, Pong],
     Field(discriminator="type"),
 ]
 
@@ -586,6 +612,8 @@ class MessageSettings(ClientModel):
     require_approval: list[StrictStr] = Field(default_factory=list, max_length=256)
     # 1.2 "Review": whether a reviewer judges what the turn made; None: the server's default.
     review: ReviewSettings | None = None
+    # Knowledge collections the agent may search in this turn (`search_knowledge`).
+    knowledge: list[StrictStr] = Field(default_factory=list, max_length=64)
 
 
 class Highlight(ClientModel):

@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     "chat_agent.sessions": 6,
     "chat_agent.agent": 5,
     "chat_agent.tooling": 4,
-    "chat_agent.canvas": 3, "chat_agent.files": 3, "chat_agent.context": 3,
+    "chat_agent.canvas": 3, "chat_agent.files": 3, "chat_agent.knowledge": 3, "chat_agent.context": 3,
     "chat_agent.model": 2, "chat_agent.quotas": 2,
     "chat_agent.store": 1,
     "chat_agent.protocol": 0, "chat_agent.config": 0, "chat_agent.ids": 0, "chat_agent.clock": 0, "chat_agent.text": 0, "chat_agent.edits": 0,

@@ -53,7 +53,9 @@ async def test_web_search_can_be_switched_off_per_message(server, fake_anthropic
     fake_anthropic.enqueue(Reply("ok"))
     await send(ws, type="message", content="hi")
     await until(ws, "done")
-    offered = [t["name"] for t in session["tools"] if t["enabled"] and t["name"] != "deep_research"]
+    # deep_research and search_knowledge are offered only to a message that asks for them
+    offered = [t["name"] for t in session["tools"] if t["enabled"] and t["name"] not in ("deep_research",
+                                                                                         "search_knowledge")]
     assert offered[:5] == ["generate_artifact", "rewrite_artifact", "update_artifact", "web_search", "reflect"]
     assert [t["name"] for t in fake_anthropic.last_main.body["tools"]] == offered
     await ws.close()

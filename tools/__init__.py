@@ -8,7 +8,8 @@ from langchain_core.tools import BaseTool
 
 from chat_agent.tooling import Settings, ToolRegistry, ToolUnavailable, add_configured_tools, attach_mcp_servers
 
-from . import analyze_document, artifacts, code_interpreter, deep_research, images, reflect, update_plan, web_search
+from . import (analyze_document, artifacts, code_interpreter, deep_research, images, reflect, search_knowledge,
+               update_plan, web_search)
 
 Builder = Callable[[Settings], BaseTool]
 
@@ -23,6 +24,7 @@ BUILDERS: tuple[tuple[str, Builder], ...] = (
     ("update_plan", update_plan.build),
     ("deep_research", deep_research.build),
     ("analyze_document", analyze_document.build),
+    ("search_knowledge", search_knowledge.build),  # offered only to a message that names collections
     ("generate_image", images.build_generate),
     ("edit_image", images.build_edit),
     ("code_interpreter", code_interpreter.build),

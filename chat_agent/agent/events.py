@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Union
 
 from chat_agent.model.types import TextDelta, ThinkingDelta
-from chat_agent.protocol import (ArtifactEdit, ArtifactFrame, ArtifactTarget, ImageTarget, ReviewDecision, StopReason,
-                                 Usage)
+from chat_agent.protocol import (ArtifactEdit, ArtifactFrame, ArtifactTarget, Citation, ImageTarget, ReviewDecision,
+                                 StopReason, Usage)
 
 
 @dataclass(slots=True)
@@ -25,6 +25,13 @@ class ArtifactChanged:
     """A tool changed the canvas: what clients are told of it (`artifact` or `artifact_edit`)."""
 
     frame: ArtifactFrame | ArtifactEdit
+
+
+@dataclass(slots=True)
+class Cited:
+    """The reply cites a chunk of the user's knowledge, for the text streamed so far."""
+
+    citation: Citation
 
 
 @dataclass(slots=True)
@@ -131,6 +138,6 @@ class TurnFinished:
     detail: str | None = None  # a refusal's explanation, or what the provider could not do
 
 
-Event = Union[TextDelta, ThinkingDelta, ArtifactDelta, ArtifactChanged, ToolStarted, ApprovalRequested, ToolProgressed,
-              ToolEnded, ContextChanged, ModelWaiting, ModelRetrying, TurnFailed, TurnFinished, Reviewed, ReviewAsked,
-              ReviewAnswered]
+Event = Union[TextDelta, ThinkingDelta, Cited, ArtifactDelta, ArtifactChanged, ToolStarted, ApprovalRequested,
+              ToolProgressed, ToolEnded, ContextChanged, ModelWaiting, ModelRetrying, TurnFailed, TurnFinished, Reviewed,
+              ReviewAsked, ReviewAnswered]

@@ -17,9 +17,9 @@ from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.agent.approval import ApprovalGate
 from chat_agent.agent.review import ReviewPolicy
-from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event, ToolEnded,
-                                     ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
-from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
+from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, Cited, ContextChanged, Event,
+                                     ToolEnded, ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
+from chat_agent.model import CitationDelta, LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 from chat_agent.agent.partial import FieldStream
 from chat_agent.agent.waiting import watched
@@ -193,6 +193,13 @@ async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn, progr
                     text = stream.feed(item.piece) if stream is not None else ""
                     if text:
                         yield ArtifactDelta(item.tool_id, text)
+                    continue
+                if isinstance(item, CitationDelta):
+                    # Only what resolves to a chunk of the user's own knowledge is told.
+                    knowledge = turn.services.knowledge
+                    citation = await knowledge.cite(item.index, item.source, item.cited_text) if knowledge else None
+                    if citation is not None:
+                        yield Cited(citation)
                     continue
                 if isinstance(item, TextDelta):
                     streamed.append(item.text)

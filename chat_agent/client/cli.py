@@ -65,6 +65,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--attach", action="append", default=[], metavar="PATH",
                         help="upload a file and attach it to the message (repeatable)")
     parser.add_argument("--research", action="store_true", help="offer deep research to the model")
+    parser.add_argument("--knowledge", action="append", default=[], metavar="COLLECTION",
+                        help="let the model search this knowledge collection (its id; repeatable); the reply lists "
+                             "the sources it cites")
     parser.add_argument("--require-approval", action="append", default=[], metavar="TOOL",
                         help="ask before this tool runs ('*': every tool), besides the server's own list (repeatable)")
     parser.add_argument("--review", choices=("auto", "ask", "off"),
@@ -90,6 +93,8 @@ def settings_from(args: argparse.Namespace) -> dict[str, Any]:
         settings["review"] = {"enabled": False}
     elif args.review:
         settings["review"] = {"enabled": True, "maxRevisions": args.max_revisions, "decision": args.review}
+    if args.knowledge:
+        settings["knowledge"] = args.knowledge
     return settings
 
 

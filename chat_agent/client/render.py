@@ -11,11 +11,12 @@ import json
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Mapping
 
-from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactTarget, ReviewDecided, ReviewFrame,
-                                 ReviewRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
-                                 AttachmentPart, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part,
-                                 Pong, SessionFrame, StatusFrame, TextPart, ThinkingChunk, ThinkingPart, TitleFrame,
-                                 ToolEnd, ToolPart, ToolProgress, ToolStart, VisibleMessage)
+from chat_agent.protocol import (AnyServerFrame, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame,
+                                 ArtifactState, ArtifactTarget, AttachmentPart, Citation, CitationFrame,
+                                 ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, Part, Pong,
+                                 ReviewDecided, ReviewFrame, ReviewRequest, SessionFrame, StatusFrame, TextPart,
+                                 ThinkingChunk, ThinkingPart, TitleFrame, ToolEnd, ToolPart, ToolProgress, ToolStart,
+                                 VisibleMessage)
 
 CLEAR_LINE = "\r\x1b[2K"
 MAX_RESULTS = 5
@@ -96,7 +97,10 @@ def search_results(output: Any) -> list[str]:
         return []
     lines = []
     for item in results[:MAX_RESULTS]:
-        if isinstance(item, dict):
+        if isinstance(item, dict) and item.get("filename"):  # search_knowledge: a passage of a document
+            page = f", page {item['page']}" if item.get("page") is not None else ""
+            lines.append(f"{shorten(str(item['filename']), 80)}{page}")
+        elif isinstance(item, dict):
             title, url = str(item.get("title") or "").strip(), str(item.get("url") or "").strip()
             lines.append(" — ".join(part for part in (shorten(title, 80), url) if part) or "(untitled)")
     if len(results) > MAX_RESULTS:
@@ -148,6 +152,21 @@ def edit_line(edit: ArtifactEdit, style: Style) -> str:
     return f"{style.cyan('▣')} {title}{style.dim(f'v{edit.index}: v{edit.base_index} edited ({changed:,} characters)')}"
 
 
+def source_line(citation: Citation, style: Style) -> str:
+    """A cited source, as the reply's footnotes show it: `[1] manual.pdf, page 37 — “quote”`."""
+    page = f", page {citation.page}" if citation.page is not None else ""
+    quote = shorten(" ".join(citation.quote.split()), 100)
+    return f"  {style.cyan(f'[{citation.index}]')} {citation.filename}{page} {style.dim(f'— “{quote}”')}"
+
+
+def source_lines(citations: list[Citation], style: Style) -> list[str]:
+    """Each cited source once, by its number."""
+    seen: dict[tuple[int, str], Citation] = {}
+    for citation in citations:
+        seen.setdefault((citation.index, citation.document_id), citation)
+    return [source_line(c, style) for c in seen.values()]
+
+
 def frame_json(frame: AnyServerFrame) -> str:
     # exclude_unset: the keys the server sent, no defaults the client filled in.
     return frame.model_dump_json(exclude_unset=True)
@@ -169,9 +188,13 @@ class TurnRenderer:
     _after_clear: bool = False
     _open_tools: dict[str, str] = field(default_factory=dict)
     _artifact_chars: dict[str, int] = field(default_factory=dict)
+    _citations: list[Citation] = field(default_factory=list)  # the reply's sources, listed at its end
 
     def render(self, frame: AnyServerFrame) -> list[Out]:
         match frame:
+            case CitationFrame(citation=citation):
+                self._citations.append(citation)
+                return []
             case ContentChunk(content=text):
                 return self._stream(text, "content")
             case ThinkingChunk(content=text):
@@ -277,6 +300,10 @@ class TurnRenderer:
         if note:
             paint = self.style.yellow if frame.stop_reason != "error" else self.style.red
             out.append(Out(paint(note) + "\n"))
+        if self._citations:
+            out += [Out(self.style.dim("sources:") + "\n")] + [Out(line + "\n") for line in
+                                                              source_lines(self._citations, self.style)]
+            self._citations = []
         if self.context is not None:
             out.append(Out(self.bar() + "\n"))
         self._summarized = False
@@ -294,8 +321,8 @@ def attachment_line(part: AttachmentPart, style: Style) -> str:
 def part_lines(part: Part, style: Style) -> list[str]:
     """One part of a message as the live turn drew it: text, dimmed thinking, a tool card."""
     match part:
-        case TextPart(text=text):
-            return [text]
+        case TextPart(text=text, citations=citations):
+            return [text, *source_lines(citations, style)]
         case ThinkingPart(text=text):
             return [style.dim(text)]
         case ToolPart():

@@ -7,7 +7,7 @@ starts it with resource limits and a minimal environment, and kills it on a time
 the code here may assume nothing about its input: any failure becomes an error reply, and
 whatever kills it outright (memory, CPU time) the parent reports.
 
-KIND is one of pdf, docx, text, markdown, csv, tsv. Parsers import their library lazily,
+KIND is one of pdf, docx, text, markdown, html, csv, tsv. Parsers import their library lazily,
 so a text file never pays for pypdf or lxml.
 """
 
@@ -332,8 +332,61 @@ def parse_docx(data: bytes, max_chars: int) -> tuple[str, list[str], bool]:
     return "section", parts, truncated
 
 
+# ---- HTML ----
+
+_HTML_BLOCKS = {"p", "li", "pre", "blockquote", "dt", "dd", "figcaption", "caption", "tr", "address"}
+_HTML_SKIPPED = {"script", "style", "noscript", "template", "head", "nav", "svg"}
+
+
+def _html_blocks(root) -> Iterator[tuple[bool, str]]:
+    """Headings (h1-h6, as Markdown headings) and block elements in reading order; text
+    outside any block (a bare div's) counts as a paragraph of its own."""
+    loose: list[str] = []
+
+    def flush() -> Iterator[tuple[bool, str]]:
+        text = _clean(" ".join(" ".join(loose).split()))
+        loose.clear()
+        if text:
+            yield False, text
+
+    def walk(element) -> Iterator[tuple[bool, str]]:
+        tag = element.tag if isinstance(element.tag, str) else ""
+        if tag in _HTML_SKIPPED:
+            return
+        if re.fullmatch(r"h[1-6]", tag) or tag in _HTML_BLOCKS:
+            yield from flush()
+            if tag == "pre":
+                text = _clean(element.text_content()).strip("\n")
+            else:
+                text = _clean(" ".join(element.text_content().split()))
+            if text:
+                yield (True, "#" * int(tag[1]) + " " + text) if tag[0] == "h" and tag != "tr" else (False, text)
+            return
+        if element.text:
+            loose.append(element.text)
+        for child in element:
+            yield from walk(child)
+            if child.tail:
+                loose.append(child.tail)
+
+    yield from walk(root)
+    yield from flush()
+
+
+def parse_html(data: bytes, max_chars: int) -> tuple[str, list[str], bool]:
+    import lxml.html
+
+    text = _decode(data)
+    try:
+        root = lxml.html.document_fromstring(text)
+    except Exception:
+        raise Unreadable("it is not an HTML page that can be read") from None
+    parts, truncated = _capped(_pack(_html_blocks(root)), max_chars)
+    return "section", parts, truncated
+
+
 PARSERS: dict[str, Callable[[bytes, int], tuple[str, list[str], bool]]] = {
-    "pdf": parse_pdf, "docx": parse_docx, "text": parse_text, "markdown": parse_text,
+    "pdf": parse_pdf, "docx": parse_docx, "text": parse_text, "markdown": parse_text, "html": parse_html,
     "csv": parse_csv, "tsv": lambda data, max_chars: parse_csv(data, max_chars, "\t"),
 }
 

@@ -31,14 +31,15 @@ __all__ = ["DocumentError", "ParsedDocument", "parse_document", "render_for_mode
 
 DOCX_TYPE = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 MEDIA_TYPES = {"pdf": "application/pdf", "docx": DOCX_TYPE, "text": "text/plain",
-               "markdown": "text/markdown", "csv": "text/csv", "tsv": "text/tab-separated-values"}
+               "markdown": "text/markdown", "csv": "text/csv", "tsv": "text/tab-separated-values",
+               "html": "text/html"}
 _BY_TYPE = {**{v: k for k, v in MEDIA_TYPES.items()}, "text/x-markdown": "markdown",
             "application/csv": "csv", "text/x-csv": "csv"}
 _BY_EXTENSION = {".pdf": "pdf", ".docx": "docx", ".txt": "text", ".text": "text", ".md": "markdown",
-                 ".markdown": "markdown", ".csv": "csv", ".tsv": "tsv"}
+                 ".markdown": "markdown", ".csv": "csv", ".tsv": "tsv", ".html": "html", ".htm": "html"}
 # what browsers send when they do not know, or call a CSV a spreadsheet: trust the extension
 _VAGUE_TYPES = {"", "application/octet-stream", "binary/octet-stream", "application/vnd.ms-excel"}
-_LABELS = {"pdf": "PDF", "docx": "Word document", "text": "text file", "markdown": "Markdown file",
+_LABELS = {"pdf": "PDF", "docx": "Word document", "text": "text file", "markdown": "Markdown file", "html": "web page",
            "csv": "CSV file", "tsv": "TSV file"}
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 MAX_READ_PARTS = 20  # per read_parts call
@@ -90,7 +91,7 @@ def _kind(media_type: str, filename: str) -> str:
     declared = media_type.split(";")[0].strip().lower()
     extension = _BY_EXTENSION.get(Path(filename).suffix.lower())
     if extension is not None and (declared in _VAGUE_TYPES or (
-            declared == "text/plain" and extension in ("markdown", "csv", "tsv"))):
+            declared == "text/plain" and extension in ("markdown", "csv", "tsv", "html"))):
         return extension
     if declared in _BY_TYPE:
         return _BY_TYPE[declared]

@@ -9,8 +9,8 @@ model's provider prefix.
 from chat_agent.config import Settings
 from chat_agent.model.anthropic import AnthropicClient
 from chat_agent.model.router import ModelRouter
-from chat_agent.model.types import (LLMError, ModelClient, ModelReply, ModelRequest, Retry, StreamItem, TextDelta,
-                                    ThinkingDelta, ToolInputDelta)
+from chat_agent.model.types import (CitationDelta, LLMError, ModelClient, ModelReply, ModelRequest, Retry, StreamItem,
+                                    TextDelta, ThinkingDelta, ToolInputDelta)
 
 
 def _openai(settings: Settings) -> ModelClient:
@@ -24,5 +24,5 @@ def model_client(settings: Settings) -> ModelRouter:
     return ModelRouter(settings, {"anthropic": AnthropicClient, "openai": _openai})
 
 
-__all__ = ["AnthropicClient", "LLMError", "ModelClient", "ModelReply", "ModelRequest", "ModelRouter", "Retry",
+__all__ = ["AnthropicClient", "CitationDelta", "LLMError", "ModelClient", "ModelReply", "ModelRequest", "ModelRouter", "Retry",
            "StreamItem", "TextDelta", "ThinkingDelta", "ToolInputDelta", "model_client"]

@@ -13,6 +13,7 @@ from typing import Any
 
 from anthropic.lib.streaming._messages import accumulate_event  # the SDK's accumulator (SDK >= 2.0)
 
+from chat_agent.model.citing import MarkerScanner
 from chat_agent.model.types import ModelReply, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 from chat_agent.text import scrub, scrub_json
@@ -71,8 +72,13 @@ def reply_of(message: Any, invalid: dict[str, str] | None = None) -> ModelReply:
 class ReplyAccumulator:
     """Feed it the raw stream events in order; it returns the deltas to yield for each."""
 
-    def __init__(self) -> None:
+    def __init__(self, request_messages: list[dict[str, Any]] | None = None) -> None:
         self.message: Any = None  # the SDK's snapshot of the message so far
+        # Numbers the search results the request holds, for the citations of them.
+        self._cited = MarkerScanner(request_messages or [])
+        # A cited block's citations come before its text: told once the block is written, so
+        # that they belong to the text streamed so far, as a client shows them.
+        self._citing: dict[int, list[StreamItem]] = {}
         self._bufs: dict[int, bytes] = {}  # the SDK's own partial-JSON buffers
         self._tools: dict[int, tuple[str, str]] = {}  # block index -> (id, name) of each tool_use
         self._raw: dict[int, list[str]] = {}  # block index -> the JSON pieces as written
@@ -89,8 +95,16 @@ class ReplyAccumulator:
             self._raw[event.index] = []
         elif event.type == "content_block_stop" and event.index in self._tools:
             self._check_complete(event.index)
+        elif event.type == "content_block_stop":
+            return self._citing.pop(event.index, [])
         elif event.type == "content_block_delta" and event.delta.type == "text_delta":
             return [TextDelta(scrub(event.delta.text))]
+        elif event.type == "content_block_delta" and event.delta.type == "citations_delta":
+            citation = event.delta.citation
+            if getattr(citation, "type", None) == "search_result_location":
+                found = self._cited.citation(str(citation.source), scrub(citation.cited_text or ""))
+                if found is not None:
+                    self._citing.setdefault(event.index, []).append(found)
         elif event.type == "content_block_delta" and event.delta.type == "thinking_delta":
             return [ThinkingDelta(scrub(event.delta.thinking))]
         return []

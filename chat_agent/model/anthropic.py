@@ -131,7 +131,7 @@ class AnthropicClient:
         return retry_unstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        accumulator = ReplyAccumulator()
+        accumulator = ReplyAccumulator(request.messages)
         with model_span(request.model, request.max_tokens, stream=True, server=self._server) as span:
             try:
                 # The raw events, so that one tool call with broken JSON does not end the stream

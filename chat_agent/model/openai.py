@@ -14,11 +14,12 @@ from typing import Any, AsyncIterator
 import openai
 
 from chat_agent.config import Settings
+from chat_agent.model.citing import MarkerScanner
 from chat_agent.model.fair import FairShare
 from chat_agent.model.openai_messages import chat_params
 from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
 from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
-from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
+from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem, TextDelta
 from chat_agent.tracing import ModelSpan, model_span
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ class OpenAIClient:
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         chunks = ChunkAccumulator()
+        markers = MarkerScanner(request.messages)  # the model's `[n]`: citations of search results
         params = self._params(request)
         with model_span(request.model, params[self._max_tokens], stream=True, server=self._server,
                         provider=PROVIDER) as span:
@@ -146,7 +148,11 @@ class OpenAIClient:
                     async for chunk in stream:
                         span.first_chunk()
                         for item in chunks.feed(chunk):
-                            yield item
+                            if isinstance(item, TextDelta):  # cut after each `[n]`, its citation there
+                                for piece in markers.split(item.text):
+                                    yield piece
+                            else:
+                                yield item
                         await fair.take_turns()
                 if chunks.finish is None:
                     raise _Unfinished()

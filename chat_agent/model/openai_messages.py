@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from chat_agent.model.citing import numbered
 from chat_agent.model.types import ModelRequest
 
 IMAGE_IN_RESULT = "[The image(s) this tool returned follow in the next message.]"
@@ -23,7 +24,7 @@ Parts = list[dict[str, Any]]
 
 def chat_params(request: ModelRequest, *, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
     """Parameters for `chat.completions.create` (without `stream`)."""
-    messages = _system(request.system) + [m for message in request.messages for m in _message(message)]
+    messages = _system(request.system) + [m for message in numbered(request.messages) for m in _message(message)]
     params: dict[str, Any] = {"model": request.model, "messages": messages,
                               max_tokens_field: max(1, request.max_tokens - (request.thinking_budget or 0))}
     tools = [_tool(t) for t in request.tools if "input_schema" in t]

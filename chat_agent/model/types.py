@@ -23,6 +23,17 @@ class ThinkingDelta:
 
 
 @dataclass(slots=True)
+class CitationDelta:
+    """The model cites one of the search results of its request (a `search_result` block of a
+    tool result), for the text it streamed so far: `index` is that result's number, 1-based,
+    over the distinct sources of the request in order (see `citing.search_sources`)."""
+
+    index: int
+    source: str
+    cited_text: str
+
+
+@dataclass(slots=True)
 class ToolInputDelta:
     """A piece of a tool call's JSON input as the model writes it."""
 
@@ -80,7 +91,7 @@ class Retry:
     delay: float
 
 
-StreamItem = Union[TextDelta, ThinkingDelta, ToolInputDelta, Retry, ModelReply]
+StreamItem = Union[TextDelta, ThinkingDelta, CitationDelta, ToolInputDelta, Retry, ModelReply]
 
 
 class LLMError(Exception):

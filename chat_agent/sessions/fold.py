@@ -11,10 +11,10 @@ the model call that asked for them is complete.
 
 from __future__ import annotations
 
-from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ContentChunk, Done, MessageStatus, ReviewDecided,
-                                 ReviewFrame, ReviewInfo, ReviewPart, ReviewRequest, ServerFrame, StopReason, TextPart,
-                                 ThinkingChunk, ThinkingPart, ToolEnd, ToolPart, ToolProgress, ToolStart,
-                                 VisibleMessage)
+from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, CitationFrame, ContentChunk, Done, MessageStatus,
+                                 ReviewDecided, ReviewFrame, ReviewInfo, ReviewPart, ReviewRequest, ServerFrame,
+                                 StopReason, TextPart, ThinkingChunk, ThinkingPart, ToolEnd, ToolPart, ToolProgress,
+                                 ToolStart, VisibleMessage)
 
 _STATUS: dict[str, MessageStatus] = {"aborted": "aborted", "error": "error"}
 
@@ -35,6 +35,13 @@ def fold(message: VisibleMessage, frame: ServerFrame) -> None:
             _extend(message, TextPart, text)
         case ThinkingChunk(content=text):
             _extend(message, ThinkingPart, text)
+        case CitationFrame(citation=citation):
+            # It belongs to the text streamed so far: the text part being written, or one it opens.
+            last = message.parts[-1] if message.parts else None
+            if not isinstance(last, TextPart):
+                last = TextPart(text="")
+                message.parts.append(last)
+            last.citations.append(citation.model_copy(update={"offset": len(last.text)}))
         case ToolStart(tool_id=tool_id, name=name, input=tool_input):
             message.parts.append(ToolPart(tool_id=tool_id, name=name, input=tool_input))
         case ToolEnd(tool_id=tool_id, output=output, is_error=is_error, duration=duration):

@@ -29,7 +29,7 @@ from chat_agent.sessions.messages import Answer, Deleted, Frames, Resync, Status
 from chat_agent.sessions.outage import StoreWatch
 from chat_agent.sessions.ownership import LeaseExpired, LeaseLost, Ownership
 from chat_agent.sessions.pages import visible_page
-from chat_agent.sessions.prepare import TurnPreparer
+from chat_agent.sessions.prepare import Knowledge, TurnPreparer
 from chat_agent.sessions.queue import JobQueue
 from chat_agent.sessions.recovery import Recovery, deleted
 from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry
@@ -44,18 +44,15 @@ SNAPSHOT_READS = 20  # a follower's `session` read again while the store lags wh
 
 class Hub:
     def __init__(self, settings: Settings, store: Store, writer: StoreWriter, agent: Agent, counter: TokenCounter,
-                 files: Files, *, bus: Bus | None = None, queue: JobQueue | None = None):
-        self.settings = settings
-        self.store = store
-        self.writer = writer
-        self.agent = agent
-        self.files = files
+                 files: Files, *, bus: Bus | None = None, queue: JobQueue | None = None,
+                 knowledge: Knowledge | None = None):
+        self.settings, self.store, self.writer, self.agent, self.files = settings, store, writer, agent, files
         self.bus = bus or LocalBus("local")
         self.ownership = Ownership(self.bus.instance, store, writer, lease_seconds=settings.lease_seconds,
                                    sweep_seconds=settings.lease_seconds / 5, others=self.bus.shared)
         self.memories = MemoryBook(store, writer)
         forwarder = Forwarder(self.bus)
-        preparer = TurnPreparer(settings, agent, store, files, self.memories, counter)
+        preparer = TurnPreparer(settings, agent, store, files, self.memories, counter, knowledge)
         self.registry = Registry(settings, store, writer, counter, self.bus, self.ownership, forwarder,
                                  Continuer(settings, agent, store, preparer))
         self.jobs = ConversationJobs(settings, agent.model, self.memories, self.registry, queue)

@@ -77,6 +77,13 @@ class ConversationJobs:
         self._operations: asyncio.Queue[Operation] = asyncio.Queue()
         self._submitter: asyncio.Task[None] | None = None
         self._closed = False
+        # Jobs of other kinds than a conversation's, by kind: (owner, key) -> work. Their key
+        # stands where a conversation id does (a knowledge document's indexing: its id).
+        self._handlers: dict[str, Callable[[str, str], Awaitable[None]]] = {}
+
+    def handle(self, kind: str, work: Callable[[str, str], Awaitable[None]]) -> None:
+        """Jobs of `kind` run `work(owner, key)`; set before `start`."""
+        self._handlers[kind] = work
 
     async def start(self) -> None:
         """Due jobs run from now on (`run`)."""
@@ -114,7 +121,7 @@ class ConversationJobs:
 
     async def run(self, job: Job) -> None:
         """A due job, here: the queue chose this instance (or the owner was handed it)."""
-        work = {TITLE: self._name, REFLECTION: self._reflect}.get(job.kind)
+        work = {TITLE: self._name, REFLECTION: self._reflect}.get(job.kind) or self._handlers.get(job.kind)
         if work is None:
             log.warning("unknown background job %s", job.key)
             return

@@ -28,6 +28,8 @@ from chat_agent.context.tokens import TokenCounter, content_chars
 from chat_agent.files.attachments import AttachmentReader, DocumentLibrary
 from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
+from chat_agent.knowledge import Knowledge, KnowledgeError
+from chat_agent.knowledge.scope import KnowledgeScope
 from chat_agent.protocol import Highlight, MessageIn, MessageSettings, QuickAction, ReviewSettings, VisibleMessage
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
@@ -35,6 +37,7 @@ from chat_agent.sessions.turn import Prepared
 from chat_agent.store import ArtifactVersionRecord, Store
 from chat_agent.tooling import ToolServices
 
+SEARCH_KNOWLEDGE = "search_knowledge"  # offered only when the message names knowledge collections
 RECENT_MESSAGES = 5  # what a custom quick action with includeRecentHistory shows of the history
 
 
@@ -63,6 +66,7 @@ class TurnSpec(BaseModel):
     prefix: bool = True
     reflections: bool = True
     user_item: str | None = None  # the history item of the turn's message (see `live.open_turn`)
+    knowledge: list[str] = []  # the collections `search_knowledge` searches
     review: ReviewSpec | None = None  # 1.2 "Review": how what the turn makes is reviewed; None: it is not
 
 
@@ -141,8 +145,9 @@ class TurnPreparer:
     the loop needs. Raises FrameRejected with the reason a client is told."""
 
     def __init__(self, settings: Settings, agent: Agent, store: Store, files: Files, memories: MemoryBook,
-                 counter: TokenCounter):
+                 counter: TokenCounter, knowledge: Knowledge | None = None):
         self._settings = settings
+        self._knowledge = knowledge
         self._agent = agent
         self._store = store
         self._files = files
@@ -156,18 +161,20 @@ class TurnPreparer:
         the model reads it."""
         plan = await self._plan(live, message)
         self._model(message.settings)
+        collections = await self._collections(live.owner, message.settings)
         live.store_now()  # a message that is not refused creates the conversation, before what it links
         attached = await self._attachments.prepare(live.owner, live.id, message.attachments)
         user = VisibleMessage(id=new_id("msg"), role="user", content=plan.visible, created_at=clock.now(),
                               attachments=attached.visible)
         content = _model_content(live, plan, attached.blocks)
-        return await self._prepared(live, plan, message.settings, content, user)
+        return await self._prepared(live, plan, message.settings, content, user, collections)
 
     async def prepare_again(self, live: LiveConversation, settings: MessageSettings) -> Prepared:
         """A turn that answers again the user message the active path ends at (regenerate):
         no new message, the history as it is."""
         self._model(settings)
-        return await self._prepared(live, Plan(request="", visible=""), settings, [], None)
+        collections = await self._collections(live.owner, settings)
+        return await self._prepared(live, Plan(request="", visible=""), settings, [], None, collections)
 
     def _model(self, settings: MessageSettings) -> str:
         model = self._settings.allowed(settings.model or self._settings.model)
@@ -177,17 +184,19 @@ class TurnPreparer:
         return model
 
     async def _prepared(self, live: LiveConversation, plan: Plan, settings: MessageSettings,
-                        content: list[dict[str, Any]], user: VisibleMessage | None) -> Prepared:
+                        content: list[dict[str, Any]], user: VisibleMessage | None,
+                        collections: list[str]) -> Prepared:
         memories = await self._memories.load(live.owner)
         spec = TurnSpec(model=self._model(settings), thinking=settings.thinking and plan.tool_choice is None,  # the
-                        tools=self._tool_names(settings),  # API refuses thinking with a forced tool
+                        tools=self._tool_names(settings, bool(collections)),  # API refuses thinking with a forced tool
                         # a message can add tools to the server's list, never take one off it
                         require_approval=sorted(self._settings.require_approval | set(settings.require_approval)),
                         tool_choice=plan.tool_choice, highlight=plan.highlight,
                         # The span edit needs only the excerpt: sending the history along with a
                         # forced tool_choice would process all of it again, uncached.
                         focused=plan.highlight is not None, window=plan.window, prefix=plan.prefix,
-                        reflections=plan.reflections, review=review_spec(self._settings, settings.review))
+                        reflections=plan.reflections, review=review_spec(self._settings, settings.review),
+                        knowledge=collections)
         turn = self._turn(live, spec, memories, focus=content if spec.focused else None)
         counter, system, tools = self._counter, turn.system, turn.tools
         live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
@@ -212,9 +221,11 @@ class TurnPreparer:
         tools = self._agent.registry.schemas([name for name in spec.tools if name in enabled])
         system = system_blocks(SYSTEM_PROMPT, prefix=spec.prefix,
                                memories=render_memories(memories) if spec.reflections else None)
+        knowledge = (KnowledgeScope(self._knowledge, live.owner, spec.knowledge)
+                     if self._knowledge is not None else None)
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=spec.highlight, files=self._files.scoped(live.owner, live.id),
-                                documents=self._documents, model=self._agent.model)
+                                documents=self._documents, model=self._agent.model, knowledge=knowledge)
         return Turn(owner=live.owner, conversation_id=live.id, model=spec.model, system=system, tools=tools,
                     thinking=spec.thinking, tool_choice=spec.tool_choice, window=spec.window, services=services,
                     focus=focus, approvals=ApprovalGate(frozenset(spec.require_approval),
@@ -223,9 +234,22 @@ class TurnPreparer:
                         spec.review.model, spec.review.max_revisions, spec.review.decision,
                         ReviewGate(self._settings.approval_timeout)))
 
-    def _tool_names(self, settings: MessageSettings) -> list[str]:
-        wanted = settings
+    async def _collections(self, owner: str, settings: MessageSettings) -> list[str]:
+        """The knowledge collections the message names, all of them the user's."""
+        wanted = settings.knowledge
+        if not wanted:
+            return []
+        if self._knowledge is None:
+            raise FrameRejected("invalid_frame", "This server keeps no knowledge bases (its store is in memory).")
+        try:
+            return await self._knowledge.owned(owner, wanted)
+        except KnowledgeError as exc:
+            raise FrameRejected("not_found", f"settings.knowledge: {exc.message}") from None
+
+    def _tool_names(self, wanted: MessageSettings, knowledge: bool = False) -> list[str]:
         names = self._agent.registry.enabled()
+        if not knowledge:
+            names = [n for n in names if n != SEARCH_KNOWLEDGE]
         if not wanted.web_search:
             names = [n for n in names if n != "web_search"]
         if not wanted.enable_deep_research:

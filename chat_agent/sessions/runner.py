@@ -12,14 +12,14 @@ from contextlib import aclosing
 from typing import Callable
 
 from chat_agent.agent.critic import run_reviewed
-from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, ContextChanged, Event,
+from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, Cited, ContextChanged, Event,
                                      ModelRetrying, ModelWaiting, ReviewAnswered, ReviewAsked, Reviewed, TextDelta,
                                      ThinkingDelta, ToolEnded, ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.context.conversation import ConversationManager
-from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ContentChunk, ContextUpdate, ErrorFrame, ReviewDecided,
-                                 ReviewFrame, ReviewRequest, ServerFrame, StatusFrame, StopReason, ThinkingChunk,
-                                 ToolEnd, ToolProgress, ToolStart, Usage)
+from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, CitationFrame, ContentChunk, ContextUpdate, ErrorFrame,
+                                 ReviewDecided, ReviewFrame, ReviewRequest, ServerFrame, StatusFrame, StopReason,
+                                 ThinkingChunk, ToolEnd, ToolProgress, ToolStart, Usage)
 from chat_agent.tracing import turn_span
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ def frame_for(event: Event, message_id: str) -> ServerFrame:
             return ContentChunk(message_id=message_id, content=text)
         case ThinkingDelta(text=text):
             return ThinkingChunk(message_id=message_id, content=text)
+        case Cited(citation=citation):
+            return CitationFrame(message_id=message_id, citation=citation)
         case ArtifactDelta(tool_id=tool_id, text=text):
             return ArtifactChunk(tool_id=tool_id, content=text)
         case ArtifactChanged(frame=frame):

@@ -355,9 +355,73 @@ _TEXT = ("COALESCE((SELECT group_concat(json_extract(p.value, '$.text'), ' ') FR
 _V11 = _V11 + tuple(statement.replace("{text}", _TEXT.format(row="NEW")).replace("{old_text}", _TEXT.format(row="h"))
                     for statement in _SEARCH)
 
+# Knowledge bases (chat_agent/knowledge): a user's collections, their documents (an upload,
+# indexed in the background: status and the reason it failed) and the documents' chunks. Chunks
+# carry their owner and collection so that a search filters on them without a join; deleting a
+# collection or a document cascades to its chunks, and the triggers take them out of the
+# full-text index (FTS5, external content: the text is kept once). Vectors, when an embeddings
+# model is configured, live in sqlite-vec `vec0` tables that the knowledge store creates itself
+# (one per dimension, partitioned by collection), since creating one needs the extension loaded;
+# where Python's sqlite3 cannot load it, in `knowledge_vectors` (float32 BLOBs, and their signs
+# as bits for a first, coarse pass).
+_V12 = (
+    """CREATE TABLE knowledge_collections (
+        id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        name TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX knowledge_collections_by_owner ON knowledge_collections (owner, created_at)",
+    """CREATE TABLE knowledge_documents (
+        id TEXT PRIMARY KEY,
+        collection_id TEXT NOT NULL REFERENCES knowledge_collections (id) ON DELETE CASCADE,
+        owner TEXT NOT NULL,
+        file_id TEXT NOT NULL,
+        filename TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('indexing', 'ready', 'failed')),
+        error TEXT,
+        runs INTEGER NOT NULL DEFAULT 0,
+        pages INTEGER,
+        chunks INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        indexed_at REAL
+    )""",
+    "CREATE INDEX knowledge_documents_by_collection ON knowledge_documents (collection_id, created_at)",
+    """CREATE TABLE knowledge_chunks (
+        id INTEGER PRIMARY KEY,
+        document_id TEXT NOT NULL REFERENCES knowledge_documents (id) ON DELETE CASCADE,
+        collection_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        ord INTEGER NOT NULL,
+        page INTEGER,
+        heading TEXT NOT NULL DEFAULT '',
+        text TEXT NOT NULL
+    )""",
+    "CREATE INDEX knowledge_chunks_by_document ON knowledge_chunks (document_id, ord)",
+    "CREATE INDEX knowledge_chunks_by_collection ON knowledge_chunks (collection_id)",
+    """CREATE VIRTUAL TABLE knowledge_fts USING fts5(
+        heading, text, content = 'knowledge_chunks', content_rowid = 'id', tokenize = 'porter unicode61'
+    )""",
+    """CREATE TABLE knowledge_vectors (
+        chunk_id INTEGER PRIMARY KEY REFERENCES knowledge_chunks (id) ON DELETE CASCADE,
+        collection_id TEXT NOT NULL,
+        embedding BLOB NOT NULL,
+        bits BLOB NOT NULL
+    )""",
+    "CREATE INDEX knowledge_vectors_by_collection ON knowledge_vectors (collection_id)",
+    """CREATE TRIGGER knowledge_chunks_indexed AFTER INSERT ON knowledge_chunks BEGIN
+        INSERT INTO knowledge_fts (rowid, heading, text) VALUES (NEW.id, NEW.heading, NEW.text);
+    END""",
+    """CREATE TRIGGER knowledge_chunks_unindexed AFTER DELETE ON knowledge_chunks BEGIN
+        INSERT INTO knowledge_fts (knowledge_fts, rowid, heading, text)
+        VALUES ('delete', OLD.id, OLD.heading, OLD.text);
+    END""",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit.
 # pg_schema.py holds PostgreSQL's, at the same version numbers.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

@@ -32,6 +32,9 @@ from chat_agent.files.image_fetch import fetch_image
 from chat_agent.files.images import MEDIA_TYPES as IMAGE_MEDIA_TYPES
 from chat_agent.files.images import ImageError, PreparedImage, image_block, image_format, prepare_image
 from chat_agent.files.sniff import EXTENSIONS
+from chat_agent.knowledge.records import Hit
+from chat_agent.knowledge.scope import KnowledgeScope
+from chat_agent.knowledge.service import source_of
 from chat_agent.model import LLMError, ModelClient, ModelReply, ModelRequest, TextDelta
 from chat_agent.per_loop import PerLoop
 from chat_agent.protocol import Highlight
@@ -54,6 +57,8 @@ __all__ = [
     "image_block", "image_format", "prepare_image",
     # documents
     "ParsedDocument", "read_parts", "search",
+    # knowledge bases
+    "Hit", "KnowledgeScope", "source_of",
     # memories
     "MEMORY_ITEM_CHARS", "MemoriesRecord", "clean_item", "item_key",
     # asking a model

@@ -11,6 +11,7 @@ from chat_agent.canvas.artifact import Canvas
 from chat_agent.canvas.memory import UserMemory
 from chat_agent.files.attachments import DocumentLibrary
 from chat_agent.files.catalog import ConversationFiles
+from chat_agent.knowledge.scope import KnowledgeScope
 from chat_agent.model import ModelClient
 from chat_agent.protocol import Highlight
 
@@ -26,6 +27,7 @@ class ToolServices:
     files: ConversationFiles | None = None  # this conversation's files (images, documents)
     model: ModelClient | None = None  # for tools that ask a model themselves
     documents: DocumentLibrary | None = None  # parsed documents, read on demand
+    knowledge: KnowledgeScope | None = None  # the user's knowledge, its collections this turn may search
 
 
 @dataclass(slots=True)
@@ -64,6 +66,10 @@ class ToolContext:
     @property
     def documents(self) -> DocumentLibrary:
         return self.require("documents")
+
+    @property
+    def knowledge(self) -> KnowledgeScope:
+        return self.require("knowledge")
 
     @property
     def highlight(self) -> Highlight | None:

@@ -31,9 +31,10 @@ from ag_ui.core import (BaseEvent, CustomEvent, ReasoningEndEvent, ReasoningMess
                         TokenUsage, ToolCallArgsEvent, ToolCallEndEvent, ToolCallResultEvent, ToolCallStartEvent)
 
 from chat_agent import edits
-from chat_agent.protocol import (ApprovalRequest, ReviewDecided, ReviewFrame, ReviewRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
-                                 ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame, ServerFrame,
-                                 StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
+                                 CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame,
+                                 ReviewDecided, ReviewFrame, ReviewRequest, ServerFrame, StatusFrame, ThinkingChunk,
+                                 TitleFrame, ToolEnd, ToolProgress, ToolStart)
 
 
 class AgUiRun:
@@ -92,7 +93,7 @@ class AgUiRun:
             case ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized):
                 return self._custom("context", {"tokens": tokens, "maxTokens": max_tokens, "summarized": summarized})
             case ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared() | StatusFrame() \
-                    | ReviewFrame() | ReviewRequest() | ReviewDecided():
+                    | ReviewFrame() | ReviewRequest() | ReviewDecided() | CitationFrame():
                 return self._custom(frame.type, frame.model_dump(mode="json", exclude={"type", "seq",
                                                                                        "conversation_id"}))
             case ErrorFrame():

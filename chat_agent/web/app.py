@@ -15,17 +15,19 @@ from chat_agent.agent.loop import Agent
 from chat_agent.config import ConfigError, Settings
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.files.catalog import open_files
+from chat_agent.knowledge import create_knowledge
+from chat_agent.knowledge.service import INDEX
 from chat_agent.model import ModelClient, model_client
 from chat_agent.model.demo import DemoModel
 from chat_agent.quotas import create_quotas
 from chat_agent.sessions.bus import create_bus
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.pg_queue import ProcrastinateQueue
-from chat_agent.sessions.queue import JobQueue, LocalQueue
+from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
-from chat_agent.web import (agui_routes, canvas_routes, conversation_routes, history_routes, http, image_proxy, page,
-                            tree_routes, upload_routes)
+from chat_agent.web import (agui_routes, canvas_routes, conversation_routes, history_routes, http, image_proxy,
+                            knowledge_routes, page, tree_routes, upload_routes)
 from chat_agent.web.auth import Authenticator
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
@@ -64,21 +66,30 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             stack.push_async_callback(files.close)
             await tools.start()  # MCP servers: one that is down shows its tools disabled, never stops us
             stack.push_async_callback(tools.close)
+            knowledge = create_knowledge(settings, the_store, files)
+            if knowledge is not None:
+                await knowledge.start()
+                stack.push_async_callback(knowledge.close)
             bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
             hub = Hub(settings, the_store, writer, Agent(the_model, tools, settings), TokenCounter(), files, bus=bus,
-                      queue=_job_queue(settings, bus.instance))
+                      queue=_job_queue(settings, bus.instance), knowledge=knowledge)
+            if knowledge is not None:  # before the queue starts: a waiting index job may be due at once
+                hub.jobs.handle(INDEX, knowledge.index)
+                knowledge.use_queue(lambda owner, key: hub.jobs.queue.defer(Job(INDEX, owner, key), 0))
             await stack.enter_async_context(hub.running())
             await _check_shared_files(settings, hub)
             await hub.start_work()
             app.state.hub = hub
             app.state.auth = auth
             app.state.quotas = quotas
+            app.state.knowledge = knowledge
             app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
             log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
                      ", ".join(tools.enabled()) or "none")
             yield
 
     routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
+              *knowledge_routes.routes,
               *image_proxy.routes, *tree_routes.routes, *conversation_routes.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint), *page.routes]
     return Starlette(routes=routes, lifespan=lifespan, middleware=browser_middleware(settings),

@@ -254,7 +254,7 @@ def _cut(item: Item, reply: Reply, total: int) -> tuple[int, bool]:
 
 
 def _message(backend: FakeBackend, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    content = materialize(reply, backend.signer)
+    content = materialize(reply, backend.signer, body)
     usage = {**backend.cache.usage(body), "output_tokens": output_tokens(content), **(reply.usage or {})}
     return message_json(new_id("msg_01"), reply.model or body["model"], content, reply, usage)
 

@@ -32,9 +32,11 @@ from types import TracebackType
 import uvicorn
 
 from tests.fakes.anthropic_app import FakeBackend, RecordedRequest, Responder, When, build_app
-from tests.fakes.anthropic_script import Fault, Item, RedactedThinking, Reply, Text, Thinking, ToolUse, Verdict, is_review
+from tests.fakes.anthropic_script import (CitedText, Fault, Item, RedactedThinking, Reply, Text, Thinking, ToolUse,
+                                          Verdict, is_review)
 
 __all__ = [
+    "CitedText",
     "FakeAnthropic",
     "Fault",
     "RecordedRequest",

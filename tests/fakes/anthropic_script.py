@@ -24,6 +24,18 @@ class Text:
 
 
 @dataclass(frozen=True)
+class CitedText:
+    """Text that cites a search result of the request, as the API streams it: the block's
+    text deltas, then a `citations_delta` with a `search_result_location`. `result` is the
+    search result's 0-based index over the request's `search_result` blocks (tool results'
+    included), in order; `quote` is the cited text (the result's whole text by default)."""
+
+    text: str
+    result: int = 0
+    quote: str | None = None
+
+
+@dataclass(frozen=True)
 class ToolUse:
     name: str
     input: dict[str, Any] = field(default_factory=dict)
@@ -45,7 +57,7 @@ class RedactedThinking:
     data: str | None = None  # None: the server mints opaque data it will accept back
 
 
-Block = Text | ToolUse | Thinking | RedactedThinking
+Block = Text | CitedText | ToolUse | Thinking | RedactedThinking
 
 
 @dataclass(frozen=True)

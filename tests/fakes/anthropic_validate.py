@@ -341,8 +341,24 @@ def _check_tool_result(where: str, block: dict[str, Any]) -> None:
                 _check_text_block(inner, "messages")
             elif isinstance(inner, dict) and inner.get("type") == "image":
                 _check_image(f"{where}.content.{j}", inner)
+            elif isinstance(inner, dict) and inner.get("type") == "search_result":
+                _check_search_result(f"{where}.content.{j}", inner)
     elif not isinstance(content, str):
         raise invalid(f"{where}.tool_result.content: Input should be a valid string or list")
+
+
+def _check_search_result(where: str, block: dict[str, Any]) -> None:
+    """As the API checks one: a source and a title, and text blocks for content."""
+    for key in ("source", "title"):
+        if not isinstance(block.get(key), str):
+            raise invalid(f"{where}.search_result.{key}: Field required")
+    content = block.get("content")
+    if not isinstance(content, list) or not content or any(
+            not isinstance(b, dict) or b.get("type") != "text" or not isinstance(b.get("text"), str) for b in content):
+        raise invalid(f"{where}.search_result.content: Input should be a list of text blocks")
+    citations = block.get("citations")
+    if citations is not None and not (isinstance(citations, dict) and isinstance(citations.get("enabled"), bool)):
+        raise invalid(f"{where}.search_result.citations: Input should be an object with `enabled`")
 
 
 def _check_prefill(content: str | list[Any]) -> None:

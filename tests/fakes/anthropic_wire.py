@@ -11,7 +11,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakes.anthropic_script import Block, RedactedThinking, Reply, Signer, Text, Thinking, ToolUse, new_id
+from tests.fakes.anthropic_script import (Block, CitedText, RedactedThinking, Reply, Signer, Text, Thinking, ToolUse,
+                                         new_id)
 from tests.fakes.anthropic_turns import blocks_of
 
 CACHE_LOOKBACK_BLOCKS = 20  # the real API looks this far back from a breakpoint for a hit
@@ -29,16 +30,43 @@ def dumps(data: Any) -> str:
 # -- content: a Reply's blocks with ids and signatures filled in -----------------------------
 
 
-def materialize(reply: Reply, signer: Signer) -> list[dict[str, Any]]:
-    """The Message `content` list for this reply, with fresh ids and server-issued signatures."""
+def materialize(reply: Reply, signer: Signer, body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The Message `content` list for this reply, with fresh ids and server-issued signatures;
+    a cited text's citation names a search result of the request `body`."""
     last = len(reply.blocks) - 1
-    return [_block_json(block, signer, cut=reply.cut and n == last) for n, block in enumerate(reply.blocks)]
+    return [_block_json(block, signer, body or {}, cut=reply.cut and n == last) for n, block in enumerate(reply.blocks)]
 
 
-def _block_json(block: Block, signer: Signer, *, cut: bool = False) -> dict[str, Any]:
+def search_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The request's `search_result` blocks in order, those inside tool results included."""
+    found = []
+    for message in body.get("messages") or []:
+        content = message.get("content")
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "search_result":
+                found.append(block)
+            elif block.get("type") == "tool_result" and isinstance(block.get("content"), list):
+                found += [b for b in block["content"] if b.get("type") == "search_result"]
+    return found
+
+
+def _citation(body: dict[str, Any], result: int, quote: str | None) -> dict[str, Any]:
+    results = search_results(body)
+    if not 0 <= result < len(results):
+        raise ValueError(f"the script cites search result {result}, and the request has {len(results)}")
+    found = results[result]
+    texts = [b.get("text", "") for b in found.get("content") or []]
+    return {"type": "search_result_location", "source": found["source"], "title": found.get("title"),
+            "cited_text": quote if quote is not None else "\n".join(texts), "search_result_index": result,
+            "start_block_index": 0, "end_block_index": max(0, len(texts) - 1)}
+
+
+def _block_json(block: Block, signer: Signer, body: dict[str, Any], *, cut: bool = False) -> dict[str, Any]:
     match block:
         case Text(text):
             return {"type": "text", "text": text}
+        case CitedText(text, result, quote):
+            return {"type": "text", "text": text, "citations": [_citation(body, result, quote)]}
         case ToolUse(name, tool_input, block_id):
             return {"type": "tool_use", "id": block_id or new_id("toolu_01"), "name": name, "input": tool_input}
         case Thinking(thinking, signature):
@@ -133,6 +161,7 @@ def _block_events(
     if kind == "text":
         opening = {"type": "text", "text": ""}
         deltas = [delta({"type": "text_delta", "text": p}) for p in split_text(block["text"], chunk_size)]
+        deltas += [delta({"type": "citations_delta", "citation": c}) for c in block.get("citations") or []]
     elif kind == "tool_use":
         opening = {**block, "input": {}}
         pieces = _json_pieces(block, chunk_size, raw_json)

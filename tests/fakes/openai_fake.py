@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes.anthropic_default import parse_directives
+from tests.fakes.embeddings import embed
 from tests.fakes.loopback import LoopbackServer
 from tests.fakes.openai_validate import OpenAIError, validate
 
@@ -89,6 +90,7 @@ class FakeOpenAI(LoopbackServer):
         self._lock = threading.Lock()
         self._queue: list[tuple[Reply | Fault, When | None]] = []
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
         self.finished = 0  # streams sent to their end
         self.left = 0  # streams the client closed before their end
         self._prefixes: list[str] = []
@@ -115,7 +117,28 @@ class FakeOpenAI(LoopbackServer):
         return len(self._queue)
 
     def routes(self) -> list[Route]:
-        return [Route("/v1/chat/completions", self._completions, methods=["POST"])]
+        return [Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/v1/embeddings", self._embeddings, methods=["POST"])]
+
+    async def _embeddings(self, request: Request) -> Response:
+        """`/v1/embeddings` as OpenAI answers it, with the fake model's vectors (fakes/embeddings.py)."""
+        if request.headers.get("authorization") != f"Bearer {self.api_key}":
+            return _error(OpenAIError(401, "Incorrect API key provided.", code="invalid_api_key"))
+        try:
+            body = json.loads(await request.body())
+        except ValueError:
+            return _error(OpenAIError(400, "We could not parse the JSON body of your request."))
+        texts = body.get("input") if isinstance(body, dict) else None
+        texts = [texts] if isinstance(texts, str) else texts
+        if not isinstance(body.get("model"), str) or not isinstance(texts, list) or not texts \
+                or not all(isinstance(t, str) and t for t in texts) or len(texts) > 2048:
+            return _error(OpenAIError(400, "'input' must be a non-empty string or a list of at most 2048 of them, "
+                                           "and 'model' a string."))
+        self.embedding_requests.append(body)
+        data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)]
+        tokens = sum(len(t.split()) for t in texts)
+        return JSONResponse({"object": "list", "data": data, "model": body["model"],
+                             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
 
     def _take(self, body: dict[str, Any]) -> Reply | Fault:
         with self._lock:

@@ -68,6 +68,10 @@ export function describe(frame: ServerFrame): string {
     case "history":
       // 1.2 trees: the active path changed.
       return `path to ${frame.leafId ?? "the start"}: ${frame.messages.length}${frame.moreBefore == null ? "" : "+"}`;
+    case "citation":
+      // 1.2 "Knowledge bases and citations": a numbered source of the text streamed so far.
+      return `[${frame.citation.index + 0}] ${frame.citation.filename}` +
+        (frame.citation.page == null ? "" : ` p. ${frame.citation.page + 0}`) + ` ${frame.citation.quote.length}`;
     case "pong":
       return "pong";
     default:

@@ -41,6 +41,7 @@ export class Chat {
   constructor(root, empty) {
     this.root = root;
     this.empty = empty;
+    this.linkFor = () => null;  // a citation's link to its document (set by the page)
     this.messages = new Map();  // id -> {node, last: {kind, node, text}}
     this.tools = new Map();     // toolId -> card
   }
@@ -58,7 +59,10 @@ export class Chat {
       if (message.role === "user") { this.addUser(message.content, (message.parts || []).filter((p) => p.type === "attachment"), message.id); continue; }
       const entry = this.assistant(message.id);
       for (const part of message.parts || []) {
-        if (part.type === "text") this.text(message.id, part.text, true);
+        if (part.type === "text") {
+          this.text(message.id, part.text, true);
+          for (const citation of part.citations || []) this.citation(message.id, citation);
+        }
         else if (part.type === "thinking") this.thinking(message.id, part.text, true);
         else if (part.type === "tool") {
           this.toolStart({ messageId: message.id, toolId: part.toolId, name: part.name, input: part.input });
@@ -109,7 +113,53 @@ export class Chat {
       entry.node.append(entry.last.node);
     }
     entry.last.text += chunk;
-    this.paint(entry.last, (part) => { part.node.innerHTML = renderMarkdown(part.text); });
+    this.paint(entry.last, (part) => this.drawText(part));
+  }
+
+  /** The text with its citations' numbered marks right after the words they support: each
+   * mark's place is held in the Markdown by a private-use character pair, drawn after rendering. */
+  drawText(part) {
+    const citations = part.citations || [];
+    let source = part.text;
+    for (let i = citations.length - 1; i >= 0; i--) {
+      const at = Math.min(citations[i].at ?? source.length, source.length);
+      source = source.slice(0, at) + `\uE000${i}\uE001` + source.slice(at);
+    }
+    part.node.innerHTML = renderMarkdown(source).replace(/\uE000(\d+)\uE001/g, (_, i) => this.mark(citations[Number(i)]));
+  }
+
+  mark(citation) {
+    const link = this.linkFor(citation);
+    const title = escapeHtml(`${citation.filename}${citation.page ? `, page ${citation.page}` : ""}: “${citation.quote}”`);
+    const label = `[${Number(citation.index)}]`;
+    const inner = link ? `<a href="${escapeHtml(link)}" target="_blank" rel="noopener" title="${title}">${label}</a>`
+      : `<span title="${title}">${label}</span>`;
+    return `<sup class="cite">${inner}</sup>`;
+  }
+
+  /** A citation of the text streamed so far (a `citation` frame, or a stored part's): a mark
+   * after it, and a line in the message's sources with the quote and a link to the document. */
+  citation(id, citation) {
+    const entry = this.assistant(id);
+    if (!entry.last || entry.last.kind !== "text") {
+      entry.last = { kind: "text", node: el("div", "text"), text: "" };
+      entry.node.append(entry.last.node);
+    }
+    // Live, it follows the text streamed so far; from the history, where its `offset` says.
+    (entry.last.citations ||= []).push({ ...citation, at: citation.offset ?? entry.last.text.length });
+    this.paint(entry.last, (part) => this.drawText(part));
+    let sources = entry.node.querySelector(":scope > .sources");
+    if (!sources) { sources = el("ol", "sources"); entry.node.append(sources); }
+    const key = `${citation.index}:${citation.documentId}`;
+    if ([...sources.children].some((li) => li.dataset.key === key)) return;
+    const line = el("li");
+    line.dataset.key = key;
+    const link = this.linkFor(citation);
+    const name = el(link ? "a" : "span");
+    if (link) Object.assign(name, { href: link, target: "_blank", rel: "noopener" });
+    name.textContent = `[${citation.index}] ${citation.filename}${citation.page ? `, page ${citation.page}` : ""}`;
+    line.append(name, document.createTextNode(` — “${citation.quote}”`));
+    sources.append(line);
   }
 
   thinking(id, chunk, whole = false) {

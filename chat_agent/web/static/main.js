@@ -5,6 +5,7 @@ import { Canvas } from "./canvas.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
 import { Connection, savedPlace } from "./connection.js";
+import { Knowledge } from "./knowledge.js";
 import { Conversations, CustomActions, memoriesPanel } from "./panels.js";
 import { renderQuickActions } from "./quick.js";
 import { Reviews } from "./reviews.js";
@@ -38,6 +39,8 @@ const reviews = new Reviews({ send, cardFor: (id) => chat.reviewCard(id) });
 const conversations = new Conversations({ open: (id) => openConversation(id), current: () => connection.conversationId, toast });
 const actions = new CustomActions({ toast, changed: (list) => { customActions = list; quickBar(); } });
 memoriesPanel(toast);
+const knowledge = new Knowledge({ toast });
+chat.linkFor = (citation) => knowledge.link(citation);
 
 function setRunning(on) {
   running = on;
@@ -83,6 +86,7 @@ function handle(frame) {
   switch (frame.type) {
     case "content_chunk": chat.text(frame.messageId, frame.content); setRunning(true); break;
     case "thinking_chunk": chat.thinking(frame.messageId, frame.content); setRunning(true); break;
+    case "citation": chat.citation(frame.messageId, frame.citation); break;
     case "tool_start": chat.toolStart(frame); setRunning(true); break;
     case "tool_progress": approvals.resolve(frame.toolId); chat.toolProgress(frame); break;  // answered (maybe elsewhere)
     case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); break;
@@ -131,7 +135,7 @@ function sendMessage(message, visible, previews = []) {
 new Composer({
   toast,
   submit: ({ content, attachments, previews, settings }) => {
-    const message = { content, settings };
+    const message = { content, settings: { ...settings, ...(knowledge.selected().length ? { knowledge: knowledge.selected() } : {}) } };
     if (attachments.length) message.attachments = attachments;
     return sendMessage(message, content, previews);
   },
@@ -227,6 +231,9 @@ async function start() {
   }
   $("sign-out").hidden = !auth.token;
   actions.load().catch((e) => toast(e.message, true));
+  // Before the history: its citations link to documents. A server without knowledge bases (its
+  // store in memory) answers 503: no panel then.
+  await knowledge.load().catch((e) => { if (e.status === 503) $("open-knowledge").hidden = true; else toast(e.message, true); });
   connection.open(savedPlace().conversationId || null);
 }
 
