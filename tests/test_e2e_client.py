@@ -101,7 +101,8 @@ async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_ant
     server = ServerProcess(tmp_path / "data", server_env(fake_anthropic, fake_exa)).start()
     try:
         async with ChatClient(server.ws_url, reconnect=True, reconnect_timeout=30) as client:
-            fake_anthropic.enqueue(Reply("slow " * 80, chunk_size=5, delay=0.03))
+            # Longer than a stopping server lets a turn run on (5 s): it is handed over.
+            fake_anthropic.enqueue(Reply("slow " * 400, chunk_size=5, delay=0.03), Reply(" and the end."))
             await client.send_message("go")
             seen = [await client.receive(timeout=10) for _ in range(5)]
             server.stop(signal.SIGTERM)
@@ -112,7 +113,9 @@ async def test_client_reconnects_and_resumes_across_a_restart(tmp_path, fake_ant
             assert client.reconnects >= 1
             seqs = [f.seq for f in frames]
             assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
-            assert frames[-1].stop_reason == "aborted"  # SIGTERM aborted the turn; the client saw its end
+            # The restarted server went on with the reply (the stopping one handed it over).
+            assert frames[-1].stop_reason == "end_turn"
+            assert "".join(f.content for f in frames if f.type == "content_chunk").endswith(" and the end.")
             fake_anthropic.enqueue(Reply("after the restart"))
             done = await client.run_turn("hello again", timeout=30)
             assert done.stop_reason == "end_turn" and done.text == "after the restart"

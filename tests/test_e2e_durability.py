@@ -102,15 +102,37 @@ async def test_restart_loses_nothing_and_seq_continues(make_server, tmp_path, fa
     await ws.close()
 
 
-async def test_sigterm_aborts_the_running_turn_cleanly(make_server, tmp_path, fake_anthropic):
+async def test_sigterm_hands_the_running_turn_to_the_next_start(make_server, tmp_path, fake_anthropic):
+    """One instance (SQLite) stopped mid-reply and started again: the reply goes on, whole."""
     data = tmp_path / "data"
     server = make_server(data)
+    ws, session = await connect(server)
+    # Longer than the stopping server lets a turn run on (5 s): it is handed over, not finished.
+    fake_anthropic.enqueue(Reply("chunk " * 400, chunk_size=6, delay=0.03), Reply(" and the end."))
+    await send(ws, type="message", content="go")
+    seen = [await recv(ws) for _ in range(4)]
+    assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
+    server = make_server(data)
+    ws, _ = await connect(server, session["conversationId"])
+    await send(ws, type="resume", afterSeq=seen[-1]["seq"])
+    frames = seen + await until(ws, "done", timeout=30)
+    assert frames[-1]["stopReason"] == "end_turn" and text_of(frames).endswith(" and the end.")
+    assert [f["type"] for f in frames].count("done") == 1
+    reply = server.get(f"/api/conversations/{session['conversationId']}")[1]["messages"][-1]
+    assert reply["status"] == "complete" and reply["content"] == text_of(frames)
+    await ws.close()
+
+
+async def test_sigterm_aborts_the_running_turn_cleanly(make_server, tmp_path, fake_anthropic):
+    """With continuation off, SIGTERM ends the running turn as aborted."""
+    data = tmp_path / "data"
+    server = make_server(data, CHAT_AGENT_CONTINUE_TURNS="0")
     ws, session = await connect(server)
     fake_anthropic.enqueue(SLOW)
     await send(ws, type="message", content="go")
     seen = [await recv(ws) for _ in range(4)]
     assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal once shut down
-    server = make_server(data)
+    server = make_server(data, CHAT_AGENT_CONTINUE_TURNS="0")
     ws, snapshot = await connect(server, session["conversationId"])
     reply = snapshot["messages"][-1]
     assert reply["status"] == "aborted" and reply["content"].startswith(text_of(seen))

@@ -167,12 +167,14 @@ class Continuer:
 
 
 
-async def hand_over(conversations: list[LiveConversation], writer: StoreWriter, ownership: Ownership) -> None:
+async def hand_over(conversations: list[LiveConversation], writer: StoreWriter, ownership: Ownership, *,
+                    expire: bool) -> None:
     """A stopping instance (SIGTERM: a rolling restart, a drained node) leaves its running
-    turns for another one to continue, as a dead one's are, but without their wait for the
-    model: turns that end within HANDOVER_DRAIN seconds end here; the others stop without
-    storing anything more (no `done`), and their leases are left to expire rather than given
-    back, so that the first instance to find them expired continues them."""
+    turns for another one to continue, as a dead one's are: turns that end within
+    HANDOVER_DRAIN seconds end here; the others stop without storing anything more (no
+    `done`). With other instances (`expire`) their leases are left to expire rather than given
+    back, so that the first instance to find them expired continues them; alone, they are
+    given back, and the instance started next continues them as it starts."""
     running = [live for live in conversations if live.turn is not None and live.turn.shown]
     if running:
         await asyncio.wait([asyncio.ensure_future(live.turn.over()) for live in running  # type: ignore[union-attr]
@@ -180,7 +182,8 @@ async def hand_over(conversations: list[LiveConversation], writer: StoreWriter, 
     left = [live for live in running if live.turn is not None and ownership.holds(live.id)]
     for live in left:
         writer.hand_over(live.id)
-        ownership.forget(live.id)
+        if expire:
+            ownership.forget(live.id)
     await asyncio.gather(*(live.abort() for live in left), return_exceptions=True)
     if left:
         log.warning("handed %d running turn(s) over to the next instance", len(left))

@@ -88,7 +88,7 @@ class Hub:
         """Hands running turns over (or aborts them), lets background work end (drained first),
         and stores all of it; a store that does not answer is waited for `StoreWriter.drain`."""
         if self.settings.continue_turns:
-            await hand_over(self.registry.all(), self.writer, self.ownership)
+            await hand_over(self.registry.all(), self.writer, self.ownership, expire=self.bus.shared)
         await self._abort_all()
         await self.jobs.close()
         stored = await self.writer.drain()
