@@ -106,6 +106,7 @@ class Continuer:
         await live.load()
         start = live.manager.position(spec.user_item) if spec.user_item is not None else None
         if start is None:  # its message never reached the store, or a summary has taken it
+            log.warning("turn %s of %s: its message is not in the history; closing it", record.id, live.id)
             return None
         prefill = streamed.rstrip()  # the API refuses a prefill that ends in white space
         try:
@@ -116,6 +117,7 @@ class Continuer:
         # Checked after the reads, with nothing awaited from here on: a turn runs here now, or
         # another closer (a takeover and the opening it started) got to it first.
         if live.knows_turn(record.id) or live.turn is not None or live.generation != generation:
+            log.warning("turn %s of %s: taken up or brought back meanwhile; not continued here", record.id, live.id)
             return None
         running = RunningTurn.adopt(live, record, reply, pending, reviews)
         live.submit([ContinueTurn(record.owner, record.conversation_id, record.id, seen.steps)])
