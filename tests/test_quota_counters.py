@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -18,6 +19,19 @@ from tests.instances import redis_or_skip
 from tests.pg import isolated_database
 
 BACKENDS = ["memory", "sqlite", "postgresql", "redis"]
+
+
+@asynccontextmanager
+async def _two(make: Callable[[], Counters]) -> AsyncIterator[tuple[Counters, Counters]]:
+    """Two counter objects on one backend, started, and closed afterwards."""
+    first, second = make(), make()
+    await first.start()
+    await second.start()
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
 
 
 @pytest.fixture(params=BACKENDS)
@@ -30,40 +44,21 @@ async def pair(request, tmp_path) -> AsyncIterator[tuple[Counters, Counters]]:
     if kind == "redis":
         from chat_agent.quotas.redis_counters import RedisCounters
         url = redis_or_skip()
-        first, second = RedisCounters(url), RedisCounters(url)
-        await first.start()
-        await second.start()
-        try:
-            yield first, second
-        finally:
-            await first.close()
-            await second.close()
+        async with _two(lambda: RedisCounters(url)) as both:
+            yield both
         return
     from chat_agent.quotas.sql import PostgresCounters, SqliteCounters
     if kind == "sqlite":
         async with create_store(None, tmp_path):  # its migrations make the tables
             pass
-        path = tmp_path / "chat-agent.db"
-        first, second = SqliteCounters(path), SqliteCounters(path)
-        await first.start()
-        await second.start()
-        try:
-            yield first, second
-        finally:
-            await first.close()
-            await second.close()
+        async with _two(lambda: SqliteCounters(tmp_path / "chat-agent.db")) as both:
+            yield both
         return
     with isolated_database() as url:
         async with create_store(url, tmp_path):
             pass
-        first, second = PostgresCounters(url), PostgresCounters(url)
-        await first.start()
-        await second.start()
-        try:
-            yield first, second
-        finally:
-            await first.close()
-            await second.close()
+        async with _two(lambda: PostgresCounters(url)) as both:
+            yield both
 
 
 class Clock:
