@@ -150,15 +150,13 @@ class Continuer:
             if ended is not None:  # it finished: its result is what its clients saw
                 output = ended.output if isinstance(ended.output, str) else json.dumps(ended.output)
                 results.append(_result(call["id"], output, ended.is_error))
-            elif call["id"] in running.approvals or self.repeatable(call["name"]):
-                if call["id"] not in open_ids:  # its card never reached the store
-                    running.emit(ToolStart(message_id=running.message_id, tool_id=call["id"], name=call["name"],
-                                           input=call["input"]))
+                continue
+            if call["id"] not in open_ids:  # its card never reached the store
+                running.emit(ToolStart(message_id=running.message_id, tool_id=call["id"], name=call["name"],
+                                       input=call["input"]))
+            if call["id"] in running.approvals or self.repeatable(call["name"]):
                 rerun.append(call)  # not run yet (waiting for the user), or safe to run again
             else:
-                if call["id"] not in open_ids:
-                    running.emit(ToolStart(message_id=running.message_id, tool_id=call["id"], name=call["name"],
-                                           input=call["input"]))
                 running.emit(ToolEnd(tool_id=call["id"], name=call["name"], output=INTERRUPTED, duration=0.0,
                                      is_error=True))
                 results.append(_result(call["id"], INTERRUPTED, True))
