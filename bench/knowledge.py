@@ -143,6 +143,37 @@ async def _bench_store(name: str, knowledge: Knowledge, plain: Knowledge, args: 
     return ratios if ok else [float("inf")]
 
 
+async def _bench_postgres(url: str, embedder: Embedder, args: argparse.Namespace) -> list[float]:
+    store = PostgresStore(url)
+    await store.open()
+    knowledge = Knowledge(PostgresKnowledge(url), None, None, embedder)
+    plain = Knowledge(PostgresKnowledge(url), None, None)
+    await knowledge.start()
+    await plain.start()
+    try:
+        vectors = "pgvector" if getattr(knowledge.store, "pgvector", False) else "REAL[] scored in SQL"
+        return await _bench_store(f"PostgreSQL (tsvector + GIN; vectors: {vectors})", knowledge, plain, args)
+    finally:
+        await plain.close()
+        await knowledge.store.close()
+        await store.close()
+
+
+async def _bench_pgvector(tmp: Path, embedder: Embedder, args: argparse.Namespace) -> list[float]:
+    """The pgvector path, on a private server that has it (`pgserver`, a test dependency)."""
+    try:
+        import pgserver
+    except ImportError:
+        print("\n== PostgreSQL with pgvector skipped: pgserver is not installed (pip install -e '.[test]')")
+        return []
+    tmp.chmod(0o777)  # as root, pgserver runs PostgreSQL as a user of its own
+    server = pgserver.get_server(tmp / "pgvector", cleanup_mode="stop")
+    try:
+        return await _bench_postgres(server.get_uri(), embedder, args)
+    finally:
+        server.cleanup()
+
+
 async def main(args: argparse.Namespace) -> bool:
     ratios: list[float] = []
     with FakeOpenAI() as fake, tempfile.TemporaryDirectory() as tmp:
@@ -173,22 +204,11 @@ async def main(args: argparse.Namespace) -> bool:
             url = ""
         if url:
             try:
-                store = PostgresStore(url)
-                await store.open()
-                knowledge = Knowledge(PostgresKnowledge(url), None, None, embedder)
-                plain = Knowledge(PostgresKnowledge(url), None, None)
-                await knowledge.start()
-                await plain.start()
-                try:
-                    ratios += await _bench_store("PostgreSQL (tsvector + GIN, REAL[] scored in SQL)", knowledge,
-                                                 plain, args)
-                finally:
-                    await plain.close()
-                    await knowledge.store.close()
-                    await store.close()
+                ratios += await _bench_postgres(url, embedder, args)
             finally:
                 with psycopg.connect(PG_URL, autocommit=True) as conn:
                     conn.execute(f"DROP SCHEMA {schema} CASCADE")  # type: ignore[arg-type]
+        ratios += await _bench_pgvector(Path(tmp), embedder, args)
         await embedder.close()
     return verdict("knowledge search p50 / target (worst of full text and hybrid, each store)", max(ratios), 1.0,
                    higher_is_better=False)

@@ -135,6 +135,19 @@ def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool:
     return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=pace.scaled(settings.timeout)))
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    """A failed test that started servers shows the end of their logs in its report: a failure
+    seen once in CI on a loaded machine can then be read, not only rerun."""
+    outcome = yield
+    report = outcome.get_result()
+    tmp = getattr(item, "funcargs", {}).get("tmp_path")
+    if report.failed and report.when == "call" and isinstance(tmp, Path):
+        for log in sorted(tmp.rglob("server*.log"))[:4]:
+            lines = log.read_text(errors="replace").splitlines()[-60:]
+            report.sections.append((f"{log.relative_to(tmp)} (last {len(lines)} lines)", "\n".join(lines)))
+
+
 def pytest_terminal_summary(terminalreporter) -> None:
     """Where the browser tests left their screenshots (CI keeps that folder)."""
     from tests.browser import SCREENSHOTS

@@ -1,21 +1,32 @@
 """Knowledge bases in PostgreSQL, on a small pool of their own. Full text is the generated
-`tsv` column under its GIN index. Vectors need no extension: a plain REAL[] (unit length) and
-its signs as a bit string. A vector search takes the `RESCORED` chunks nearest by Hamming
-distance of the bits (`bit_count` of an XOR: native, a few bytes a row), then ranks those by
-their exact dot product (over unnest, which would be slow over every row): binary
-quantization with rescoring, all in one statement."""
+`tsv` column under its GIN index.
+
+Vectors go in pgvector when the server has it (installed, or available and ours to create):
+one table per embedding size, `knowledge_pgvec_{dimensions}`, keyed by chunk id (deleting a
+chunk deletes its vector) and searched exactly by inner product over the caller's own rows.
+An approximate index (HNSW) is left out on purpose: its candidates are taken before the
+owner/collection filter, so a user's small collection among many others' would come back short.
+
+Without pgvector nothing else is needed: a plain REAL[] (unit length) and its signs as a bit
+string. A vector search takes the `RESCORED` chunks nearest by Hamming distance of the bits
+(`bit_count` of an XOR: native, a few bytes a row), then ranks those by their exact dot
+product (over unnest, which would be slow over every row): binary quantization with
+rescoring, all in one statement."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from psycopg import AsyncConnection
+import logging
+
+from psycopg import AsyncConnection, errors
 from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Status
 from chat_agent.knowledge.store import query_words
 
+log = logging.getLogger(__name__)
 RESCORED = 100  # candidates of the bit distance that the exact score ranks
 
 _DOCUMENT = ("SELECT id, collection_id, owner, file_id, filename, media_type, status, created_at, error, pages,"
@@ -30,17 +41,69 @@ def _bits(vector: Sequence[float]) -> str:
     return "".join("1" if x > 0 else "0" for x in vector)
 
 
+def _literal(vector: Sequence[float]) -> str:
+    """pgvector's text form: `[0.1,0.2,...]` (repr keeps every digit of a float)."""
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _pgvec_table(dimensions: int) -> str:
+    return f"knowledge_pgvec_{int(dimensions)}"
+
+
 class PostgresKnowledge:
     kind = "postgresql"
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
+        self.pgvector = False  # vectors in pgvector's tables, not in the REAL[] column
+        self._pgvec_tables: set[str] = set()  # the ones known to exist
 
     async def start(self) -> None:
         self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False,
                                          kwargs={"autocommit": True}, name="chat-agent-knowledge")
         await self._pool.open(wait=True, timeout=30)
+        self.pgvector = await self._find_pgvector()
+
+    async def _find_pgvector(self) -> bool:
+        rows = await self._query("SELECT installed_version IS NOT NULL FROM pg_available_extensions"
+                                 " WHERE name = 'vector'")
+        if not rows:
+            log.info("PostgreSQL has no pgvector: knowledge vectors are kept in a REAL[] column and scored there")
+            return False
+        if not rows[0][0]:
+            try:
+                await self._query("CREATE EXTENSION IF NOT EXISTS vector")
+            except (errors.InsufficientPrivilege, errors.UniqueViolation, errors.DuplicateObject) as exc:
+                # Two instances creating it at once: the other one's is as good as ours.
+                if isinstance(exc, errors.InsufficientPrivilege):
+                    log.warning("pgvector is available but this role cannot create it (%s): knowledge vectors"
+                                " are scored without it; CREATE EXTENSION vector as a superuser to use it", exc)
+                    return False
+        return True
+
+    async def _pgvec_exists(self, table: str) -> bool:
+        """Whether this size has a table (made by any instance: once seen, it stays)."""
+        if table not in self._pgvec_tables:
+            rows = await self._query("SELECT to_regclass(%s) IS NOT NULL", table)
+            if rows[0][0]:
+                self._pgvec_tables.add(table)
+        return table in self._pgvec_tables
+
+    async def _pgvec_table_for(self, conn: AsyncConnection[Any], dimensions: int) -> str:
+        table = _pgvec_table(dimensions)
+        if table not in self._pgvec_tables:
+            try:
+                await conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} ("
+                    " chunk_id BIGINT PRIMARY KEY REFERENCES knowledge_chunks (id) ON DELETE CASCADE,"
+                    " owner TEXT NOT NULL, collection_id TEXT NOT NULL,"
+                    f" embedding vector({int(dimensions)}) NOT NULL)")
+                await conn.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_owner ON {table} (owner, collection_id)")
+            except errors.UniqueViolation:
+                pass  # another instance created it between our IF NOT EXISTS and its catalog row
+            self._pgvec_tables.add(table)
+        return table
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None
@@ -120,13 +183,29 @@ class PostgresKnowledge:
             if row is None:
                 return False
             await conn.execute("DELETE FROM knowledge_chunks WHERE document_id = %s", (document_id,))
+            columns = bool(vectors) and not self.pgvector  # the fallback's REAL[] and bits
             async with conn.cursor() as cur:
                 await cur.executemany(
                     "INSERT INTO knowledge_chunks (document_id, collection_id, owner, ord, page, heading, text,"
-                    " embedding, embedding_bits) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, CAST(%s AS BIT VARYING))",
+                    " embedding, embedding_bits) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, CAST(%s AS BIT VARYING))"
+                    " RETURNING id",
                     [(document_id, row[0], owner, c.ord, c.page, c.heading, c.text,
-                      [float(x) for x in vectors[i]] if vectors else None, _bits(vectors[i]) if vectors else None)
-                     for i, c in enumerate(chunks)])
+                      [float(x) for x in vectors[i]] if vectors and columns else None,
+                      _bits(vectors[i]) if vectors and columns else None)
+                     for i, c in enumerate(chunks)], returning=bool(vectors) and self.pgvector)
+                ids: list[int] = []
+                if vectors and self.pgvector and chunks:
+                    while True:
+                        ids.append((await cur.fetchone())[0])  # type: ignore[index]
+                        if not cur.nextset():
+                            break
+            if vectors and self.pgvector and chunks:
+                table = await self._pgvec_table_for(conn, len(vectors[0]))
+                async with conn.cursor() as cur:
+                    await cur.executemany(
+                        f"INSERT INTO {table} (chunk_id, owner, collection_id, embedding)"
+                        " VALUES (%s, %s, %s, CAST(%s AS vector))",
+                        [(chunk_id, owner, row[0], _literal(vector)) for chunk_id, vector in zip(ids, vectors)])
             await conn.execute("UPDATE knowledge_documents SET status = 'ready', error = NULL, pages = %s,"
                                " chunks = %s, indexed_at = %s WHERE id = %s", (pages, len(chunks), now, document_id))
             return True
@@ -156,6 +235,15 @@ class PostgresKnowledge:
                             limit: int) -> list[int]:
         if not collection_ids:
             return []
+        if self.pgvector:
+            table = _pgvec_table(len(vector))
+            if not await self._pgvec_exists(table):
+                return []  # no vector of this size was ever stored
+            rows = await self._query(
+                f"SELECT chunk_id FROM {table} WHERE owner = %s AND collection_id = ANY(%s)"
+                " ORDER BY embedding <#> CAST(%s AS vector), chunk_id LIMIT %s",
+                owner, list(collection_ids), _literal(vector), limit)
+            return [row[0] for row in rows]
         rows = await self._query(
             "SELECT c.id FROM (SELECT id, embedding FROM knowledge_chunks"
             "  WHERE owner = %s AND collection_id = ANY(%s) AND length(embedding_bits) = %s"
