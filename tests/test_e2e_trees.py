@@ -189,3 +189,33 @@ async def test_a_conversation_is_stored_at_its_first_message(make_server, fake_a
     await turn(ws, fake_anthropic, Reply("Hello."), type="message", content="Hi")
     assert [c["id"] for c in server.get("/api/conversations")[1]["conversations"]] == [cid]
     await ws.close()
+
+
+async def test_editing_the_first_message_starts_from_an_empty_path(make_server, fake_anthropic, tmp_path):
+    data = tmp_path / "data"
+    server = make_server(data)
+    ws, session = await connect(server)
+    cid = session["conversationId"]
+    await turn(ws, fake_anthropic, Reply("One."), type="message", content="First question")
+    await turn(ws, fake_anthropic, Reply("Two."), type="message", content="Second question")
+    first = server.get(f"/api/conversations/{cid}/messages")[1]["messages"][0]
+    frames = await turn(ws, fake_anthropic, Reply("Edited one."), type="message", content="First, edited",
+                        editOf=first["id"])
+    # The path moved before the first message: the history frame shows nothing of the old one.
+    history = next(f for f in frames if f["type"] == "history")
+    assert history["messages"] == [] and history["leafId"] is None
+    assert texts(fake_anthropic.last_main.body) == ["First, edited"]
+    await ws.close()
+    for where in ("after the turn", "after a restart"):
+        ws, session = await connect(server, cid)
+        await ws.close()
+        assert [m["content"] for m in session["messages"]] == ["First, edited", "Edited one."], where
+        assert session["messages"][0]["branch"] == {"index": 2, "count": 2} and session["messages"][0]["parentId"] is None
+        server.stop()
+        server = make_server(data)
+    # Switching back to the first branch brings the old path back whole.
+    ws, _ = await connect(server, cid)
+    await send(ws, type="switch_branch", messageId=first["id"])
+    history = (await until(ws, "history"))[-1]
+    assert [m["content"] for m in history["messages"]] == ["First question", "One.", "Second question", "Two."]
+    await ws.close()

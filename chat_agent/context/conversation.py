@@ -63,8 +63,9 @@ class ConversationManager:
         self._overhead = overhead
         # The tree (PROTOCOL 1.2): the last message of the active path, which the model-facing
         # history in hand is that of; and the message that items added now belong to.
-        self.leaf = leaf
-        self._at_root = False  # the active path was moved before the first message (no leaf)
+        # Stored as EMPTY once moved before the first message (NULL is "never set": the newest).
+        self.leaf = None if leaf == EMPTY else leaf
+        self._at_root = leaf == EMPTY  # the active path was moved before the first message (no leaf)
         self._node: str | None = None
 
     # ---- holding the model-facing history ---------------------------------------------------
@@ -166,7 +167,7 @@ class ConversationManager:
         self._items = self._messages = None
         self._exchange = None
         self.visible_version += 1
-        self._writer.submit([SetLeaf(self.owner, self.conversation_id, leaf)])
+        self._writer.submit([SetLeaf(self.owner, self.conversation_id, EMPTY if leaf is None else leaf)])
 
     # ---- the model-facing history -----------------------------------------------------
 

@@ -135,7 +135,8 @@ class DeleteHistoryItems:
 
 @dataclass(frozen=True, slots=True)
 class SetLeaf:
-    """Makes the path that ends at visible message `leaf_id` active (None: no message)."""
+    """Makes the path that ends at visible message `leaf_id` active (tree.EMPTY: before the
+    first message; None: unset, which reads as the newest message)."""
 
     owner: str
     conversation_id: str

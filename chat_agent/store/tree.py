@@ -52,8 +52,10 @@ class Tree:
             previous = id
         for node in self.nodes.values():  # rows come in position order: children too
             self.children.setdefault(node.parent_id, []).append(node.id)
-        # A leaf that is not a message (none stored yet) falls back on the newest message.
-        self.leaf = leaf if leaf in self.nodes else (next(reversed(self.nodes)) if self.nodes else None)
+        # A leaf that is not a message (none stored yet) falls back on the newest message; EMPTY
+        # is the path moved before the first message (an edit of it, about to be sent again).
+        self.leaf = None if leaf == EMPTY else leaf if leaf in self.nodes else (
+            next(reversed(self.nodes)) if self.nodes else None)
 
     def path(self, leaf: str | None = None) -> list[str]:
         """Message ids from the root down to `leaf` (the active leaf by default)."""
