@@ -61,9 +61,20 @@ async def test_forced_tools_and_streaming():
         {"role": "user", "content": "summarize this"}]))).lower()
 
 
-async def test_the_demo_reviewer_gives_a_valid_verdict():
+async def test_the_demo_reviewer_judges_and_its_revision_passes():
+    """The demo reviewer reads the version: a text without a conclusion fails with a
+    suggestion, and the revision the demo makes from that feedback passes."""
+    from chat_agent.agent.critic import _feedback
     from chat_agent.agent.review import Subject, review
+    from chat_agent.model.demo_canvas import Known, revise
+    from chat_agent.protocol import ArtifactTarget
 
-    verdict, used = await review(DemoModel(pace=0), "demo", Subject("write a poem", None,
-                                                                     after=_version("The sea, the sea.")))
-    assert verdict.passed and 0 <= verdict.score <= 1 and "Demo" in verdict.feedback and used.output_tokens > 0
+    draft = "# Tea\n\n## Key points\n\n- Use fresh water\n- Steep for three minutes\n"
+    verdict, used = await review(DemoModel(pace=0), "demo", Subject("write a guide", None, after=_version(draft)))
+    assert not verdict.passed and 0 <= verdict.score < 1 and "conclusion" in verdict.feedback and used.output_tokens > 0
+    assert verdict.suggestions
+    feedback = _feedback(ArtifactTarget(index=2), verdict.score, verdict.feedback, verdict.suggestions, None)
+    revised = revise(Known(draft), feedback)
+    assert revised.startswith(draft) and "## Conclusion" in revised and "use fresh water" in revised
+    verdict, _ = await review(DemoModel(pace=0), "demo", Subject("write a guide", None, after=_version(revised)))
+    assert verdict.passed and "Demo" in verdict.feedback
