@@ -22,7 +22,8 @@ from chat_agent.config import Settings
 from chat_agent.ids import new_id
 from chat_agent.model.demo_canvas import (Known, current_artifact, edit_span, highlight_of, judge, quick_rewrite,
                                           revise)
-from chat_agent.model.demo_docs import Attached, answer, attached, draft_from, is_document_block, read_spec
+from chat_agent.model.demo_docs import (Attached, answer, answer_read, attached, draft_from, is_document_block,
+                                        read_spec, search_term)
 from chat_agent.model.types import ModelReply, ModelRequest, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 
@@ -172,7 +173,7 @@ class DemoModel:
         if "analyze_document" in done:
             docs = _documents(messages)
             doc = docs[0] if docs else Attached("the document", None, None)
-            return [_text(answer(doc, dict(results)["analyze_document"], ask))]
+            return [_text(answer_read(doc, dict(results)["analyze_document"], ask))]
         if "generate_artifact" in done and steps:
             return [_plan_call(steps, len(steps))]  # every step ticked off; the closing words follow
         if done == {"update_plan"} and "generate_artifact" in _turn_calls(messages):
@@ -236,10 +237,11 @@ class DemoModel:
             if "analyze_document" not in offered:
                 return [_text(f"**{doc.name}** is too long to be shown to me whole, and reading it "
                               "(analyze_document) is off here.")]
-            spec = read_spec(doc)
-            return [_text(f"**{doc.name}** is long ({doc.parts:,} parts); I read the start of it first."),
-                    _call("analyze_document", {**({"document_id": doc.file_id} if doc.file_id else {}),
-                                               "parts": spec})]
+            term = search_term(ask)
+            how = {"query": term} if term else {"parts": read_spec(doc)}
+            return [_text(f"**{doc.name}** is long ({doc.parts:,} parts): I search it for “{term}”." if term
+                          else f"**{doc.name}** is long ({doc.parts:,} parts): I read its start."),
+                    _call("analyze_document", {**({"document_id": doc.file_id} if doc.file_id else {}), **how})]
         lowered = ask.lower()
         if any(w in lowered for w in _WRITE_WORDS):
             if known is not None and "rewrite_artifact" in offered and "new " not in lowered:

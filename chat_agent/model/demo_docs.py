@@ -110,3 +110,25 @@ def draft_from(doc: Attached, text: str, title: str) -> str:
 def read_spec(doc: Attached, limit: int = 3) -> str:
     """Which pages or sections of a long document the demo reads first."""
     return f"1-{min(limit, doc.parts)}" if doc.parts > 1 else "1"
+
+
+def search_term(ask: str) -> str | None:
+    """The word of a question the demo searches a long document for (its longest): None for
+    a summary, which reads the document's start instead."""
+    if any(w in ask.lower() for w in ("summar", "overview", "about")):
+        return None
+    wanted = _terms(ask)
+    terms = [w for w in dict.fromkeys(re.findall(r"[a-z0-9][a-z0-9'-]+", ask.lower())) if w in wanted]
+    return max(terms, key=len) if terms else None  # the first of the longest
+
+
+def answer_read(doc: Attached, read: str, ask: str) -> str:
+    """A reply from what analyze_document returned: a search's hits as they are (each names
+    its page), or the pages read, answered like a whole document."""
+    if read.startswith("No matches for "):
+        return f"{read} *The demo model searches for one word; try another.*"
+    if re.match(r"[\d,]+ match(es)? for ", read):
+        head, _, hits = read.partition("\n\n")
+        quoted = "\n".join(f"> {_shown(hit)}" for hit in hits.split("\n\n")[:3])
+        return f"{head.removesuffix(':').rstrip('.')}.\n\n{quoted}"
+    return answer(doc, read, ask)
