@@ -233,7 +233,7 @@ def test_history_shows_a_reply_in_the_order_of_its_parts() -> None:
     assert isinstance(session, SessionFrame)
     assert render_history(session, PLAIN) == "\n".join([
         "you › Find cats", "  📎 cat.png 64×48 /api/uploads/f1", "Search first.", "Calling tools.",
-        '▸ web_search {"query": "cats"}', "  ✓ web_search 0.5s", "    Cats — https://cats.example", "Done: cats."])
+        '▸ web_search {"query": "cats"}', "  ✓ web_search 0.5s", "    Cats — https://cats.example", "", "Done: cats."])
     assert session.messages[1].content == "Calling tools.\n\nDone: cats."
 
 

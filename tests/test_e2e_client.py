@@ -227,6 +227,9 @@ def test_the_new_commands_on_a_terminal(server, fake_anthropic):
         assert "2 versions" in shown and "write about coffee" in shown and "write about tea" in shown
         first = next(line.split()[1] for line in shown.splitlines() if line.endswith("write about tea"))
         term.expect("you › ")
+        term.line("/branches msg_nope")
+        shown = term.expect("you › ")
+        assert "✗ error [not_found]" in shown and "answer" not in shown  # the error alone, no messages
         term.line(f"/branches {first}")
         term.expect("the second answer")  # the newest reply on that branch
         term.expect("you › ")

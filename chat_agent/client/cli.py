@@ -375,9 +375,10 @@ async def branch_command(args: argparse.Namespace, client: ChatClient, text: str
             return await one_turn(client, rest, settings, ui, edit_of=last.id)
         if rest:
             await client.switch_branch(rest)
-            await show_until(client, ui, lambda frame: isinstance(frame, (HistoryFrame, ErrorFrame)))
-            messages = await newest_messages(args.url, args.token, client.conversation_id, 4)
-            ui.out.info.write(render_messages(messages, ui.renderer.style) + "\n")
+            ended = await show_until(client, ui, lambda frame: isinstance(frame, (HistoryFrame, ErrorFrame)))
+            if isinstance(ended, HistoryFrame):  # an error (no such message) is its own answer
+                messages = await newest_messages(args.url, args.token, client.conversation_id, 4)
+                ui.out.info.write(render_messages(messages, ui.renderer.style) + "\n")
         else:
             tree = await conversation_tree(args.url, args.token, client.conversation_id)
             ui.out.info.write(render_branches(tree, ui.renderer.style) + "\n")
@@ -430,11 +431,14 @@ def _ends_clear() -> Callable[[AnyServerFrame], bool]:
 
 
 async def show_until(client: ChatClient, ui: Ui, ends: Callable[[AnyServerFrame], bool],
-                     timeout: float = 15.0) -> None:
+                     timeout: float = 15.0) -> AnyServerFrame | None:
+    """Shows frames up to the one `ends` accepts, and returns it (None: none came in time)."""
     try:
         async with asyncio.timeout(timeout):
             while not ends(frame := await client.receive()):
                 ui.show(frame)
             ui.show(frame)
+            return frame
     except TimeoutError:
         ui.note(f"no answer from the server after {timeout:g} s")
+        return None

@@ -387,7 +387,11 @@ def render_messages(messages: list[VisibleMessage], style: Style) -> str:
             lines.append(f"{style.bold('you ›')} {message.content}")
             lines += [attachment_line(p, style) for p in message.parts if isinstance(p, AttachmentPart)]
             continue
+        wrote = False  # a text part after an earlier one gets a blank line, as in the live turn
         for part in message.parts:
+            if isinstance(part, TextPart) and part.text:
+                lines += [""] if wrote else []
+                wrote = True
             lines += part_lines(part, style)
         if message.status != "complete":
             lines.append(style.yellow(f"({message.status})"))
