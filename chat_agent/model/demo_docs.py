@@ -44,9 +44,9 @@ def attached(content: Any) -> list[Attached]:
         header = _HEADER.match(text)
         file_id = header["id"] if header else None
         if (whole := _WHOLE.search(text)) is not None and whole.start() == (header.end() if header else 0):
-            body = _PART_HEADER.sub("", whole["text"]).strip()
-            found.append(Attached(json.loads(whole["name"]), file_id, body,
-                                  max(1, len(_PART_HEADER.findall(whole["text"])))))
+            pieces = [piece.strip() for piece in _PART_HEADER.split(whole["text"])]
+            found.append(Attached(json.loads(whole["name"]), file_id, "\n\n".join(p for p in pieces if p),
+                                  max(1, len(pieces) - 1)))
         elif header and (long := _LONG.search(text)) is not None:
             found.append(Attached(long["name"], file_id, None, int(long["count"].replace(",", ""))))
     return found
