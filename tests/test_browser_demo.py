@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.browser import no_problems
 from tests.support import ServerProcess
-from tests.test_browser_canvas import assistant, select_text, send
+from tests.test_browser_canvas import assistant, open_page, select_text, send
 
 NO_KEYS = {"ANTHROPIC_API_KEY": "", "EXA_API_KEY": "", "CHAT_AGENT_DEMO": "1"}
 
@@ -17,7 +17,7 @@ NO_KEYS = {"ANTHROPIC_API_KEY": "", "EXA_API_KEY": "", "CHAT_AGENT_DEMO": "1"}
 def test_demo_model_in_the_page(page, tmp_path):
     server = ServerProcess(tmp_path / "demo", NO_KEYS).start()
     try:
-        page.goto(server.http_url + "/")
+        open_page(page, server)
         expect(page.locator("#demo-banner")).to_contain_text("Demo mode")
         send(page, "Write a short guide to brewing green tea")
         search = page.locator("details.tool[data-name=web_search]")
@@ -50,7 +50,7 @@ def test_the_long_demo_reply_goes_on_after_a_reload_and_stops(page, tmp_path):
     see it carry on, then to press Stop."""
     server = ServerProcess(tmp_path / "demo", NO_KEYS).start()
     try:
-        page.goto(server.http_url + "/")
+        open_page(page, server)
         send(page, "Write a long story about a lighthouse")
         expect(assistant(page)).to_contain_text("Part 1")
         page.reload()

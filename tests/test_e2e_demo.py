@@ -60,7 +60,7 @@ async def test_a_long_reply_can_be_stopped_and_followed_after_a_reload(demo):
     await send(reload, type="abort")
     ended = (await until(reload, "done"))[-1]
     assert ended["stopReason"] == "aborted"
-    # Stopped well before its end: the story is some 5,000 characters, streamed slowly.
+    # Stopped well before its end: the story is some 6,000 characters, streamed slowly.
     _, after = await connect(demo, cid)
     stopped = after["messages"][-1]
     assert stopped["status"] == "aborted" and "lighthouse" in stopped["content"]

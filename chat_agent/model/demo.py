@@ -31,7 +31,7 @@ MODEL_NAME = "demo"
 NOTICE = ("Demo mode: replies come from a scripted offline model, not a real one (web search answers with "
           "canned results). Set ANTHROPIC_API_KEY and start without --demo for real answers.")
 
-LONG_CHARS = 2_500  # a text block this long streams slower (the long reply, some 20 s at the default pace)
+LONG_CHARS = 2_500  # a text block this long streams slower (the long reply, some 30 s at the default pace)
 _CODE_WORDS = ("code", "python", "script", "function", "program", "javascript", "typescript", "class ")
 _SEARCH_WORDS = ("search", "find", "latest", "news", "look up", "research", "sources")
 _WRITE_WORDS = ("write", "draft", "create", "make", "plan", "essay", "poem", "post", "story", "list", "outline")
@@ -312,7 +312,8 @@ def _long_reply(ask: str) -> str:
                    _words(ask, 16), flags=re.I)
     topic = " ".join(topic.split()) or "a lighthouse keeper"
     places = ("by the harbour", "in the old library", "on the night train", "at the edge of the forest",
-              "under the bridge", "in a crowded market", "on the top floor", "at the last stop")
+              "under the bridge", "in a crowded market", "on the top floor", "at the last stop",
+              "in the village hall", "on the ferry", "behind the bakery", "at the lighthouse door")
     paragraphs = [f"# A long story: {topic}\n\nThis is the demo model's long reply: it streams slowly on purpose. "
                   "Press **Stop** to end it where it is, or reload the page halfway and watch it carry on "
                   "from where it was."]
