@@ -193,6 +193,11 @@ def test_scripted_parts_are_a_blank_line_apart_and_artifact_prints_the_version(s
     fake_anthropic.enqueue(Reply("No artifact here."))
     none = run_client(server, "--message", "hello", "--artifact")
     assert none.returncode == 0 and none.stdout == "No artifact here.\n" and "no artifact" in none.stderr
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", DRAFT)]), Reply("Done."))
+    framed = run_client(server, "--message", "write", "--artifact", "--json")
+    assert framed.returncode == 0, framed.stderr
+    state = json.loads(framed.stdout.splitlines()[-1])  # after the frames, the artifact as the client holds it
+    assert state["currentIndex"] == 1 and state["current"]["content"] == DRAFT["content"]
     alone = run_client(server, "--artifact")
     assert alone.returncode == 2 and "--artifact goes with --message" in alone.stderr
 
