@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.browser import no_problems
 from tests.support import ServerProcess
-from tests.test_browser_canvas import select_text, send
+from tests.test_browser_canvas import assistant, open_page, select_text, send
 
 NO_KEYS = {"ANTHROPIC_API_KEY": "", "EXA_API_KEY": "", "CHAT_AGENT_DEMO": "1"}
 
@@ -17,7 +17,7 @@ NO_KEYS = {"ANTHROPIC_API_KEY": "", "EXA_API_KEY": "", "CHAT_AGENT_DEMO": "1"}
 def test_demo_model_in_the_page(page, tmp_path):
     server = ServerProcess(tmp_path / "demo", NO_KEYS).start()
     try:
-        page.goto(server.http_url + "/")
+        open_page(page, server)
         expect(page.locator("#demo-banner")).to_contain_text("Demo mode")
         send(page, "Write a short guide to brewing green tea")
         search = page.locator("details.tool[data-name=web_search]")
@@ -40,6 +40,30 @@ def test_demo_model_in_the_page(page, tmp_path):
         expect(page.locator("#artifact-view .doc h2").first).to_have_text(re.compile(r"^Why it matters \S+\s*$"))
         expect(page.locator("#artifact-view .doc h2 strong")).to_have_text("Key points")  # built on v2
         expect(page.locator("#stop")).to_be_hidden()
+        no_problems(page)
+    finally:
+        server.close()
+
+
+def test_the_long_demo_reply_goes_on_after_a_reload_and_stops(page, tmp_path):
+    """"Write a long story": long and slow enough to reload the page in the middle of it and
+    see it carry on, then to press Stop."""
+    server = ServerProcess(tmp_path / "demo", NO_KEYS).start()
+    try:
+        open_page(page, server)
+        send(page, "Write a long story about a lighthouse")
+        expect(assistant(page)).to_contain_text("Part 1")
+        page.reload()
+        reply = assistant(page)
+        expect(reply).to_contain_text("A long story: lighthouse")  # the reply so far, from the session
+        expect(page.locator("#stop")).to_be_visible()
+        shown = len(reply.inner_text())
+        page.wait_for_function("n => [...document.querySelectorAll('.message.assistant')].pop().innerText.length > n",
+                               arg=shown)  # and the rest, live
+        page.click("#stop")
+        expect(page.locator("#stop")).to_be_hidden()
+        expect(reply).to_contain_text("Stopped.")
+        expect(reply).not_to_contain_text("The end")
         no_problems(page)
     finally:
         server.close()

@@ -92,15 +92,23 @@ def test_colour_only_on_a_terminal_without_no_color(tty: bool, env: dict[str, st
 
 # ---- turn rendering -----------------------------------------------------------------------
 
-def test_reply_pieces_are_exactly_the_reply_plus_a_final_newline() -> None:
+def test_reply_pieces_are_the_text_parts_a_blank_line_apart_plus_a_final_newline() -> None:
+    """As the page shows a message and `content` joins its parts: text, a tool card, text."""
     renderer = TurnRenderer(PLAIN)
     frames = [frame("thinking_chunk", 1, messageId="m1", content="hmm"), chunk("Let me look.", 2),
               frame("tool_start", 3, messageId="m1", toolId="t1", name="web_search", input={"query": "x"}),
               frame("tool_end", 4, toolId="t1", name="web_search", output={}, duration=0.5),
               chunk(" Found it.", 5), done(seq=6)]
     pieces = render_all(renderer, frames)
-    assert text_of(pieces, reply=True) == "Let me look. Found it.\n"
+    assert text_of(pieces, reply=True) == "Let me look.\n\n Found it.\n"
     assert all(not p.reply for p in pieces if "hmm" in p.text or "▸" in p.text)
+    # on a terminal: the text's line, the card, one blank line, the next text
+    assert text_of(pieces) == 'hmm\nLet me look.\n▸ web_search {"query": "x"}\n  ✓ web_search 0.5s\n\n Found it.\n'
+    # a part that already ends in newlines gets only what a blank line lacks; a turn starts afresh
+    more = render_all(renderer, [chunk("One\n\n", 7), frame("review", 8, messageId="m1", reviewId="r1",
+                                  target={"kind": "artifact", "index": 1}, passed=True, score=0.9, feedback="ok",
+                                  suggestions=[], revision=0), chunk("Two", 9), done(seq=10)])
+    assert text_of(more, reply=True) == "One\n\nTwo\n"
 
 
 def test_tool_card_progress_in_place_and_search_summary() -> None:
@@ -149,7 +157,7 @@ def test_a_card_starts_on_its_own_line_after_streamed_text() -> None:
     pieces = render_all(renderer, [chunk("Searching", 1), frame(
         "tool_start", 2, messageId="m1", toolId="t1", name="web_search", input={"query": "q"})])
     assert text_of(pieces) == 'Searching\n▸ web_search {"query": "q"}\n'
-    assert text_of(pieces, reply=True) == "Searching"  # the newline is layout, not reply
+    assert text_of(pieces, reply=True) == "Searching\n"  # the text part ends on its line
 
 
 def test_done_shows_stop_reason_and_token_bar_once_per_turn() -> None:
@@ -225,7 +233,7 @@ def test_history_shows_a_reply_in_the_order_of_its_parts() -> None:
     assert isinstance(session, SessionFrame)
     assert render_history(session, PLAIN) == "\n".join([
         "you › Find cats", "  📎 cat.png 64×48 /api/uploads/f1", "Search first.", "Calling tools.",
-        '▸ web_search {"query": "cats"}', "  ✓ web_search 0.5s", "    Cats — https://cats.example", "Done: cats."])
+        '▸ web_search {"query": "cats"}', "  ✓ web_search 0.5s", "    Cats — https://cats.example", "", "Done: cats."])
     assert session.messages[1].content == "Calling tools.\n\nDone: cats."
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from tests import reaper
 from tests.fakes.anthropic_fake import Fault, Reply, Text, ToolUse
 from tests.samples import make_pdf, make_png
 from tests.support import ROOT, ServerProcess
+from tests.terminal import Terminal
 
 
 def run_client(server: ServerProcess, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -174,3 +176,75 @@ def test_regenerate_edit_and_branches_in_an_interactive_session(server, fake_ant
     assert result.returncode == 0, result.stderr
     assert "the second answer" in result.stdout  # the newest reply of that branch
     assert server.get(f"/api/conversations/{conversation_id}/tree")[1]["leafId"] != tree["leafId"]
+
+
+DRAFT = {"title": "Tea", "type": "text", "content": "# Tea\n\nBoil the water, then let it cool a little.\n"}
+
+
+def test_scripted_parts_are_a_blank_line_apart_and_artifact_prints_the_version(server, fake_anthropic):
+    """`-m` writes the reply as the page shows it (text, a tool card, text: a blank line
+    between the texts), and `--artifact` the artifact's whole current version after it."""
+    fake_anthropic.enqueue(Reply([Text("Drafting it first."), ToolUse("generate_artifact", DRAFT)]),
+                           Reply("I found 3 things."))
+    result = run_client(server, "--message", "write about tea", "--artifact")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "Drafting it first.\n\nI found 3 things.\n\n" + DRAFT["content"]
+    assert "▣ Tea v1/1 (text)" in result.stderr and "generate_artifact" in result.stderr
+    fake_anthropic.enqueue(Reply("No artifact here."))
+    none = run_client(server, "--message", "hello", "--artifact")
+    assert none.returncode == 0 and none.stdout == "No artifact here.\n" and "no artifact" in none.stderr
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", DRAFT)]), Reply("Done."))
+    framed = run_client(server, "--message", "write", "--artifact", "--json")
+    assert framed.returncode == 0, framed.stderr
+    state = json.loads(framed.stdout.splitlines()[-1])  # after the frames, the artifact as the client holds it
+    assert state["currentIndex"] == 1 and state["current"]["content"] == DRAFT["content"]
+    alone = run_client(server, "--artifact")
+    assert alone.returncode == 2 and "--artifact goes with --message" in alone.stderr
+
+
+def test_the_new_commands_on_a_terminal(server, fake_anthropic):
+    """A person at a terminal (a pseudo-terminal): the reply's parts, /artifact, /regenerate,
+    /edit, /branches and a switch, and Ctrl-C stopping a reply, with the real server."""
+    fake_anthropic.enqueue(Reply([Text("Drafting it first."), ToolUse("generate_artifact", DRAFT)]),
+                           Reply("I found 3 things."), Reply("the second answer"), Reply("the edited answer"),
+                           Reply("slow " * 300, chunk_size=5, delay=0.05))
+    argv = [sys.executable, "-m", "chat_agent.client", "--url", server.ws_url]
+    with Terminal(argv, cwd=ROOT, env={**os.environ, "NO_COLOR": "1", "COLUMNS": "120"}) as term:
+        term.expect("/help for commands")
+        term.expect("you › ")
+        term.line("write about tea")
+        shown = term.expect("I found 3 things.")
+        assert "Drafting it first.\n" in shown and "▸ generate_artifact" in shown and "✓ generate_artifact" in shown
+        assert shown.endswith("\n\nI found 3 things.")  # a blank line before the next text part
+        term.expect("you › ")
+        term.line("/artifact")
+        shown = term.expect("let it cool a little.")
+        assert "▣ Tea v1/1 (text)\n# Tea\n\nBoil the water" in shown
+        term.expect("you › ")
+        term.line("/regenerate")
+        term.expect("the second answer")
+        term.expect("you › ")
+        term.line("/edit write about coffee")
+        term.expect("the edited answer")
+        term.expect("you › ")
+        term.line("/branches")
+        shown = term.expect("switch with /branches ID")
+        assert "2 versions" in shown and "write about coffee" in shown and "write about tea" in shown
+        first = next(line.split()[1] for line in shown.splitlines() if line.endswith("write about tea"))
+        term.expect("you › ")
+        term.line("/branches msg_nope")
+        shown = term.expect("you › ")
+        assert "✗ error [not_found]" in shown and "answer" not in shown  # the error alone, no messages
+        term.line(f"/branches {first}")
+        term.expect("the second answer")  # the newest reply on that branch
+        term.expect("you › ")
+        term.line("/artifact")  # the artifact is the conversation's, whichever branch
+        term.expect("▣ Tea v1/1 (text)")
+        term.expect("you › ")
+        term.line("go slowly")
+        term.expect("slow slow")
+        term.type("\x03")  # Ctrl-C, typed: the terminal sends SIGINT
+        term.expect("⏹ aborted")
+        term.expect("you › ")
+        term.line("/quit")
+        assert term.wait() == 0

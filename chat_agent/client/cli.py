@@ -25,13 +25,14 @@ from .console import LineReader, Output, SigintRouter
 from .errors import ChatError, ClientError, ConnectError, ConnectionLost
 from .branches import last_user_message, render_branches
 from .history import HistoryError, conversation_tree, list_conversations, newest_messages, older_messages
-from .render import Style, TurnRenderer, banner, frame_json, render_history, render_messages
+from .render import Out, Style, TurnRenderer, artifact_text, banner, frame_json, render_history, render_messages
 from .uploads import UploadError, upload
 
 EXIT_OK, EXIT_FAILED, EXIT_CONNECTION, EXIT_INTERRUPTED = 0, 1, 2, 130
 OK_STOPS = frozenset({"end_turn", "max_tokens", "max_steps"})
 HELP = """commands:
   /attach PATH  upload a file (image, PDF, DOCX, TXT, MD, CSV) and attach it to your next message
+  /artifact  print the artifact's current version (its whole text)
   /clear   empty this conversation's history (the artifact and memories stay)
   /id      print the conversation id
   /more    show the messages before those shown (a long conversation opens with its newest)
@@ -58,6 +59,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument("--conversation", metavar="ID", help="continue this conversation")
     parser.add_argument("--list", action="store_true", help="list your conversations, most recent first, and exit")
     parser.add_argument("--message", "-m", help="send one message, print the reply, exit")
+    parser.add_argument("--artifact", action="store_true",
+                        help="with --message: print the artifact's current version after the reply")
     parser.add_argument("--json", action="store_true", help="print every frame as a JSON line")
     parser.add_argument("--thinking", action="store_true", help="ask for extended thinking")
     parser.add_argument("--no-web-search", action="store_true", help="do not offer web search")
@@ -133,7 +136,10 @@ def make_ui(args: argparse.Namespace, env: Mapping[str, str]) -> Ui:
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    args = build_parser(env).parse_args(argv)
+    parser = build_parser(env)
+    args = parser.parse_args(argv)
+    if args.artifact and args.message is None:
+        parser.error("--artifact goes with --message (in a session, type /artifact)")
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal gets '?' for the box glyphs
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="replace")
@@ -188,7 +194,22 @@ async def scripted(client: ChatClient, args: argparse.Namespace, ui: Ui) -> int:
     except UploadError as exc:
         print(f"chat-agent-client: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return await one_turn(client, args.message, settings_from(args), ui, attachments)
+    code = await one_turn(client, args.message, settings_from(args), ui, attachments)
+    if args.artifact and code != EXIT_INTERRUPTED:
+        if not ui.json and client.artifact is not None:
+            ui.out.write([Out("\n", reply=True)])  # a blank line between the reply and the artifact
+        show_artifact(client, ui)
+    return code
+
+
+def show_artifact(client: ChatClient, ui: Ui) -> None:
+    """The artifact's current version as the client holds it (kept up to date by the frames)."""
+    if ui.json:
+        artifact = client.artifact
+        ui.out.reply.write((artifact.model_dump_json(by_alias=True) if artifact else "null") + "\n")
+        ui.out.reply.flush()
+    else:
+        ui.out.write(artifact_text(client.artifact, ui.renderer.style))
 
 
 async def one_turn(client: ChatClient, text: str, settings: dict[str, Any], ui: Ui,
@@ -354,9 +375,10 @@ async def branch_command(args: argparse.Namespace, client: ChatClient, text: str
             return await one_turn(client, rest, settings, ui, edit_of=last.id)
         if rest:
             await client.switch_branch(rest)
-            await show_until(client, ui, lambda frame: isinstance(frame, (HistoryFrame, ErrorFrame)))
-            messages = await newest_messages(args.url, args.token, client.conversation_id, 4)
-            ui.out.info.write(render_messages(messages, ui.renderer.style) + "\n")
+            ended = await show_until(client, ui, lambda frame: isinstance(frame, (HistoryFrame, ErrorFrame)))
+            if isinstance(ended, HistoryFrame):  # an error (no such message) is its own answer
+                messages = await newest_messages(args.url, args.token, client.conversation_id, 4)
+                ui.out.info.write(render_messages(messages, ui.renderer.style) + "\n")
         else:
             tree = await conversation_tree(args.url, args.token, client.conversation_id)
             ui.out.info.write(render_branches(tree, ui.renderer.style) + "\n")
@@ -386,6 +408,8 @@ async def command(client: ChatClient, text: str, ui: Ui) -> bool:
         await show_until(client, ui, _ends_clear())
     elif name == "/id":
         ui.out.info.write(f"{client.conversation_id}\n")
+    elif name == "/artifact":
+        show_artifact(client, ui)
     elif name == "/help":
         ui.out.info.write(HELP + "\n")
     else:
@@ -407,11 +431,14 @@ def _ends_clear() -> Callable[[AnyServerFrame], bool]:
 
 
 async def show_until(client: ChatClient, ui: Ui, ends: Callable[[AnyServerFrame], bool],
-                     timeout: float = 15.0) -> None:
+                     timeout: float = 15.0) -> AnyServerFrame | None:
+    """Shows frames up to the one `ends` accepts, and returns it (None: none came in time)."""
     try:
         async with asyncio.timeout(timeout):
             while not ends(frame := await client.receive()):
                 ui.show(frame)
             ui.show(frame)
+            return frame
     except TimeoutError:
         ui.note(f"no answer from the server after {timeout:g} s")
+        return None

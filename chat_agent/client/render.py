@@ -146,6 +146,16 @@ def artifact_line(artifact: ArtifactState, style: Style) -> str:
             f"{style.dim(f'v{artifact.current_index}/{artifact.version_count} ({kind})')}")
 
 
+def artifact_text(artifact: ArtifactState | None, style: Style) -> list[Out]:
+    """The artifact's current version in full (`/artifact`, `--artifact`): its header line
+    as decoration, its text as reply (what a pipe gets)."""
+    if artifact is None:
+        return [Out(style.dim("no artifact in this conversation yet") + "\n")]
+    content = artifact.current.content
+    return [Out(artifact_line(artifact, style) + "\n"), Out(content + ("" if content.endswith("\n") else "\n"),
+                                                              reply=True)]
+
+
 def edit_line(edit: ArtifactEdit, style: Style) -> str:
     changed = sum(len(change.text) for change in edit.changes)
     title = f"{style.bold(edit.title)} " if edit.title else ""
@@ -189,6 +199,8 @@ class TurnRenderer:
     _open_tools: dict[str, str] = field(default_factory=dict)
     _artifact_chars: dict[str, int] = field(default_factory=dict)
     _citations: list[Citation] = field(default_factory=list)  # the reply's sources, listed at its end
+    _reply_tail: str = ""  # the reply's last characters written this turn ("" before any)
+    _new_part: bool = False  # a tool card, thinking or review since the reply's last text
 
     def render(self, frame: AnyServerFrame) -> list[Out]:
         match frame:
@@ -196,15 +208,18 @@ class TurnRenderer:
                 self._citations.append(citation)
                 return []
             case ContentChunk(content=text):
-                return self._stream(text, "content")
+                return self._text_part() + self._stream(text, "content") if text else []
             case ThinkingChunk(content=text):
+                self._new_part = self._new_part or bool(text)
                 return self._stream(text, "thinking")
             case ToolStart(tool_id=tool_id, name=name, input=tool_input):
                 self._open_tools[tool_id] = name
+                self._new_part = True
                 return self._line(tool_card(name, tool_input, self.style))
             case ApprovalRequest(name=name):
                 return self._line(self.style.bold(f"⏸ {name} waits for your approval"))
             case ReviewFrame():
+                self._new_part = True
                 return self._line(review_line(frame, self.style))
             case ReviewRequest():
                 return self._line(self.style.bold("⏸ the review waits for your decision: revise or accept"))
@@ -261,8 +276,22 @@ class TurnRenderer:
             return []
         out = [] if self._cursor in (kind, "line") else self._to_line()
         out.append(Out(text if kind == "content" else self.style.dim(text), reply=kind == "content"))
+        if kind == "content":
+            self._reply_tail = (self._reply_tail + text)[-2:]
         self._cursor = "line" if text.endswith("\n") else kind
         return out
+
+    def _text_part(self) -> list[Out]:
+        """A blank line in the reply between its text parts, as the page shows them (the
+        server folds parts the same way: text after a tool card, thinking or a review starts
+        a new one), so `-m` output does not run one part into the next."""
+        new, self._new_part = self._new_part, False
+        if not new or not self._reply_tail:
+            return []
+        gap = "\n" * (2 - len(self._reply_tail) + len(self._reply_tail.rstrip("\n")))
+        out = self._to_line() if self._cursor not in ("content", "line") else []
+        self._reply_tail = "\n\n"
+        return out + ([Out(gap, reply=True)] if gap else [])
 
     def _status(self, text: str) -> list[Out]:
         if not self.live:
@@ -275,11 +304,15 @@ class TurnRenderer:
         return self._to_line() + [Out(text + "\n")]
 
     def _to_line(self) -> list[Out]:
-        """Get to the start of a clean line. The newline after reply text is decoration:
-        the reply itself stays byte for byte what the model wrote."""
+        """Get to the start of a clean line. After reply text that newline belongs to the
+        reply (its part ends there), so the reply alone reads as the message's `content`:
+        its text parts, a blank line between them."""
         cursor, self._cursor = self._cursor, "line"
         if cursor == "line":
             return []
+        if cursor == "content":  # part of the reply: a text part ends on its line
+            self._reply_tail = (self._reply_tail + "\n")[-2:]
+            return [Out("\n", reply=True)]
         return [Out(CLEAR_LINE if cursor == "status" else "\n")]
 
     def _context(self, frame: ContextUpdate) -> list[Out]:
@@ -307,6 +340,7 @@ class TurnRenderer:
         if self.context is not None:
             out.append(Out(self.bar() + "\n"))
         self._summarized = False
+        self._reply_tail, self._new_part = "", False
         self._open_tools.clear()
         self._artifact_chars.clear()
         return out
@@ -353,7 +387,11 @@ def render_messages(messages: list[VisibleMessage], style: Style) -> str:
             lines.append(f"{style.bold('you ›')} {message.content}")
             lines += [attachment_line(p, style) for p in message.parts if isinstance(p, AttachmentPart)]
             continue
+        wrote = False  # a text part after an earlier one gets a blank line, as in the live turn
         for part in message.parts:
+            if isinstance(part, TextPart) and part.text:
+                lines += [""] if wrote else []
+                wrote = True
             lines += part_lines(part, style)
         if message.status != "complete":
             lines.append(style.yellow(f"({message.status})"))

@@ -1,11 +1,14 @@
 """The offline demo model: `python server.py --demo` with no API key.
 
 It speaks the ModelClient interface with Anthropic-shaped content blocks, so everything above
-it (the loop, tools, canvas, titles, summaries) runs for real; only the words are scripted. A
-first message shows a plan (`update_plan`), searches the web (on canned results when no
-search service is configured), drafts an artifact in the canvas and says how to go on; forced tool calls (a highlight
-edit's `update_artifact`, a quick action's `rewrite_artifact`, a title's `set_title`) are
-honoured as a real model must.
+it (the loop, tools, canvas, titles, summaries, reviews) runs for real; only the words are
+scripted. A first message shows a plan (`update_plan`), searches the web (on canned results
+when no search service is configured), drafts an artifact in the canvas and says how to go
+on; attached documents are answered from their own text (a long one read with
+analyze_document); "long" asks for a reply long and slow enough to stop or to reload in the
+middle of; forced tool calls (a highlight edit's `update_artifact`, a quick action's
+`rewrite_artifact`, a title's `set_title`, the reviewer's `submit_review`) are honoured as a
+real model must.
 """
 
 from __future__ import annotations
@@ -13,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 from chat_agent.config import Settings
 from chat_agent.ids import new_id
-from chat_agent.model.demo_canvas import current_artifact, edit_span, highlight_of, quick_rewrite
+from chat_agent.model.demo_canvas import (Known, current_artifact, edit_span, highlight_of, judge, quick_rewrite,
+                                          revise)
+from chat_agent.model.demo_docs import (Attached, answer, answer_read, attached, draft_from, is_document_block,
+                                        read_spec, search_term)
 from chat_agent.model.types import ModelReply, ModelRequest, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
 from chat_agent.protocol import Usage
 
@@ -25,6 +31,7 @@ MODEL_NAME = "demo"
 NOTICE = ("Demo mode: replies come from a scripted offline model, not a real one (web search answers with "
           "canned results). Set ANTHROPIC_API_KEY and start without --demo for real answers.")
 
+LONG_CHARS = 2_500  # a text block this long streams slower (the long reply, some 30 s at the default pace)
 _CODE_WORDS = ("code", "python", "script", "function", "program", "javascript", "typescript", "class ")
 _SEARCH_WORDS = ("search", "find", "latest", "news", "look up", "research", "sources")
 _WRITE_WORDS = ("write", "draft", "create", "make", "plan", "essay", "poem", "post", "story", "list", "outline")
@@ -41,10 +48,14 @@ def _title(text: str) -> str:
 
 
 def _user_text(block_list: Any) -> str:
+    """The user's own words: what the server adds to a message (attachments, the artifact)
+    comes before them, so they are its last text block (as the reviewer reads them too)."""
     if isinstance(block_list, str):
         return block_list
-    return "\n".join(b.get("text", "") for b in block_list or [] if isinstance(b, dict) and b.get("type") == "text"
-                     and not b.get("text", "").startswith(("<artifact", "[Attached")))
+    texts = [b for b in block_list or [] if isinstance(b, dict) and b.get("type") == "text"]
+    if not texts or is_document_block(texts[-1]) or texts[-1].get("text", "").startswith("<artifact"):
+        return ""
+    return texts[-1].get("text", "")
 
 
 def _tool_results(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -70,6 +81,15 @@ def _last_user_text(messages: list[dict[str, Any]]) -> str:
             if text.strip():
                 return text.strip()
     return ""
+
+
+def _documents(messages: list[dict[str, Any]]) -> list[Attached]:
+    """The documents of the newest user message that has any: a follow-up question is about
+    what was attached last."""
+    for message in reversed(messages):
+        if message["role"] == "user" and (found := attached(message["content"])):
+            return found
+    return []
 
 
 class DemoModel:
@@ -102,9 +122,10 @@ class DemoModel:
                     yield ThinkingDelta(piece)
                     await asyncio.sleep(self.pace)
             elif block["type"] == "text":
-                for piece in _pieces(block["text"], 3):
+                slow = len(block["text"]) >= LONG_CHARS  # the long reply: slow enough to stop or reload
+                for piece in _pieces(block["text"], 2 if slow else 3):
                     yield TextDelta(piece)
-                    await asyncio.sleep(self.pace)
+                    await asyncio.sleep(self.pace * (3 if slow else 1))
             elif block["type"] == "tool_use":
                 for piece in _json_pieces(block["input"]):
                     yield ToolInputDelta(block["id"], block["name"], piece)
@@ -135,38 +156,56 @@ class DemoModel:
 
     def _next_step(self, request: ModelRequest, offered: set[Any], results: list[tuple[str, str]],
                    ask: str) -> list[dict[str, Any]]:
+        messages = request.messages
         lowered = ask.lower()
         done = {name for name, _ in results}
-        known = current_artifact(request.messages)
-        planned = "update_plan" in _turn_calls(request.messages)  # this turn keeps a plan (see _PLAN)
+        known = current_artifact(messages)
+        steps = _plan_steps(messages)  # this turn's plan, when it keeps one
+        reviewed = ask.startswith(REVIEW_PREFIX)  # a revision the reviewer asked for
         if "web_search" in done:
             found = dict(results)["web_search"]
             sources = len(re.findall(r"^\[\d+\] ", found, re.MULTILINE))
             if "generate_artifact" in offered and (known is None or any(w in lowered for w in _WRITE_WORDS)):
                 return [_text(f"I found {sources} sources. Drafting it in the canvas now."),
-                        *([_plan_call(1)] if planned else []), _call("generate_artifact", _draft(ask, found))]
+                        *([_plan_call(steps, 1)] if steps else []), _call("generate_artifact", _draft(ask, found))]
             return [_text(f"Here is what the search found ({sources} sources):\n\n"
                           + _source_list(found))]
-        if "generate_artifact" in done and planned:
-            return [_plan_call(len(_PLAN))]  # every step ticked off; the closing words follow
-        if done == {"update_plan"} and "generate_artifact" in _turn_calls(request.messages):
+        if "analyze_document" in done:
+            docs = _documents(messages)
+            doc = docs[0] if docs else Attached("the document", None, None)
+            return [_text(answer_read(doc, dict(results)["analyze_document"], ask))]
+        if "generate_artifact" in done and steps:
+            return [_plan_call(steps, len(steps))]  # every step ticked off; the closing words follow
+        if done == {"update_plan"} and "generate_artifact" in _turn_calls(messages):
             done = {"generate_artifact"}
         if "update_artifact" in done:
             return [_text("Changed the passage you selected; the rest of the draft is as it was. Switch versions "
                           "above the canvas to compare.")]
         if "rewrite_artifact" in done:
-            return [_text("Rewrote the draft as asked: it is a new version in the canvas.")]
+            return [_text("Revised the draft as the review asked: the new version goes back to the reviewer."
+                          if reviewed else "Rewrote the draft as asked: it is a new version in the canvas.")]
         if "generate_artifact" in done:
-            return [_text("Done: the draft is in the canvas on the right. Try selecting a passage and asking "
-                          "for a change, or one of the quick actions above it (emojis, length, reading level). "
-                          "*This reply comes from the offline demo model.*")]
+            return [_text("Done: the draft is in the canvas. Try selecting a passage and asking for a change, or "
+                          "one of the quick actions above it (emojis, length, reading level). Ask for something "
+                          "*long* to see a reply you can stop halfway. *This reply comes from the offline demo "
+                          "model.*")]
         if results:
             return [_text("The tool has answered; that is all the demo model has scripted for it.")]
-        if (known is None and {"update_plan", "web_search", "generate_artifact"} <= offered
+        if reviewed and known is not None and "rewrite_artifact" in offered:
+            return [_text("The reviewer asked for changes; revising the draft."),
+                    _call("rewrite_artifact", _rewrite(revise(known, ask), known.language))]
+        if (docs := self._asked_documents(messages, lowered)):
+            return self._from_document(docs[0], offered, known, ask)
+        if _wants_long(lowered):
+            return [_text(_long_reply(ask))]
+        if (known is None and {"update_plan", "generate_artifact"} <= offered
                 and any(w in lowered for w in _WRITE_WORDS)):
             # Work of three steps: shown as a plan first, as the prompt asks of a real model.
-            return [_text("Here is my plan; I start with a search."), _plan_call(0),
-                    _call("web_search", {"query": _words(ask, 10) or "canvas"})]
+            if "web_search" in offered:
+                return [_text("Here is my plan; I start with a search."), _plan_call(_PLAN, 0),
+                        _call("web_search", {"query": _words(ask, 10) or "canvas"})]
+            return [_text(f"Here is my plan. The outline: {', '.join(_SECTIONS)}; now the draft."),
+                    _plan_call(_PLAN_OFFLINE, 1), _call("generate_artifact", _draft(ask, ""))]
         if "web_search" in offered and (known is None or any(w in lowered for w in _SEARCH_WORDS)):
             return [_text("Let me look that up first."), _call("web_search", {"query": _words(ask, 10) or "canvas"})]
         wants_new = any(w in lowered for w in ("new ", "another", "start over"))
@@ -177,7 +216,44 @@ class DemoModel:
             return [_text("Drafting it in the canvas."), _call("generate_artifact", _draft(ask, ""))]
         return [_text(f"You said: “{_words(ask, 30)}”.\n\nI am the **offline demo model**: I answer from a "
                       "script, so I cannot really discuss it. Ask me to *write* something to see the canvas, "
-                      "or set `ANTHROPIC_API_KEY` for a real model.")]
+                      "attach a document and ask about it, ask for something *long* to try Stop, or set "
+                      "`ANTHROPIC_API_KEY` for a real model.")]
+
+    @staticmethod
+    def _asked_documents(messages: list[dict[str, Any]], lowered: str) -> list[Attached]:
+        """The documents this message is about: its own attachments, or earlier ones when it
+        asks about a document and not for writing."""
+        last = next((m for m in reversed(messages) if m["role"] == "user"), None)
+        if last is not None and (own := attached(last["content"])):
+            return own
+        about = any(w in lowered for w in ("document", "file", "pdf", "attach", "say", "quote", "summar", "?"))
+        return _documents(messages) if about and not any(w in lowered for w in _WRITE_WORDS) else []
+
+    @staticmethod
+    def _from_document(doc: Attached, offered: set[Any], known: Known | None, ask: str) -> list[dict[str, Any]]:
+        """An answer from the document's text; a draft from it when asked to write; a long one
+        read first with analyze_document, as its description tells a model to."""
+        if doc.text is None:
+            if "analyze_document" not in offered:
+                return [_text(f"**{doc.name}** is too long to be shown to me whole, and reading it "
+                              "(analyze_document) is off here.")]
+            term = search_term(ask)
+            how = {"query": term} if term else {"parts": read_spec(doc)}
+            return [_text(f"**{doc.name}** is long ({doc.parts:,} parts): I search it for “{term}”." if term
+                          else f"**{doc.name}** is long ({doc.parts:,} parts): I read its start."),
+                    _call("analyze_document", {**({"document_id": doc.file_id} if doc.file_id else {}), **how})]
+        lowered = ask.lower()
+        if any(w in lowered for w in _WRITE_WORDS):
+            if known is not None and "rewrite_artifact" in offered and "new " not in lowered:
+                added = draft_from(doc, doc.text, f"From {doc.name}").split("\n", 2)[2]
+                return [_text(f"Adding what **{doc.name}** says to the draft."), _call(
+                    "rewrite_artifact", _rewrite(known.content.rstrip("\n") + f"\n\n## From {doc.name}\n\n" + added,
+                                                 known.language))]
+            if "generate_artifact" in offered:
+                title = _title(ask) if _title(ask) != "Demo Draft" else doc.name
+                return [_text(f"Drafting it in the canvas from **{doc.name}**."), _call("generate_artifact", {
+                    "title": title, "type": "text", "content": draft_from(doc, doc.text, title)})]
+        return [_text(answer(doc, doc.text, ask))]
 
     def _forced_input(self, name: str, request: ModelRequest) -> dict[str, Any]:
         messages = request.messages
@@ -195,35 +271,80 @@ class DemoModel:
         if name == "set_title":
             match = re.search(r"<user>\n(.*?)\n</user>", _user_text(messages[-1]["content"]), re.DOTALL)
             return {"title": _title(match[1] if match else "Demo conversation")}
-        if name == "submit_review":  # the reviewer (CHAT_AGENT_REVIEW): the demo passes what it made
-            return {"passed": True, "score": 0.9, "suggestions": [],
-                    "feedback": "(Demo review) The result does what was asked; a real reviewer model reads it closely."}
+        if name == "submit_review":  # the reviewer (CHAT_AGENT_REVIEW): the demo's own scripted judgment
+            after = re.search(r"<artifact_after [^>]*type=\"(\w+)\"[^>]*>\n(.*)\n</artifact_after>",
+                              _user_text(messages[-1]["content"]) or str(messages[-1]["content"]), re.DOTALL)
+            return judge(after[2], after[1]) if after else judge("", "image")
         if name == "store_reflections":
             return {"styleRules": [], "content": []}  # an empty reflection changes nothing
         return {}
 
 
+REVIEW_PREFIX = "[Review of your result"  # how chat_agent.agent.critic hands a failed review back
 _PLAN = ("Search the web for sources", "Draft it in the canvas", "Suggest what to do next")
+_PLAN_OFFLINE = ("Outline the piece", "Draft it in the canvas", "Suggest what to do next")
+_SECTIONS = ("why it matters", "key points", "next steps")
 
 
-def _plan_call(finished: int) -> dict[str, Any]:
-    """An `update_plan` call with the first `finished` steps of _PLAN done, the next one in progress."""
-    steps = [{"title": title, "status": "done" if i < finished else "in_progress" if i == finished else "pending"}
-             for i, title in enumerate(_PLAN)]
-    return _call("update_plan", {"steps": steps})
+def _plan_call(steps: Sequence[str], finished: int) -> dict[str, Any]:
+    """An `update_plan` call with the first `finished` steps done, the next one in progress."""
+    return _call("update_plan", {"steps": [
+        {"title": title, "status": "done" if i < finished else "in_progress" if i == finished else "pending"}
+        for i, title in enumerate(steps)]})
 
 
-def _turn_calls(messages: list[dict[str, Any]]) -> set[str]:
-    """The tools called since the user's message that started this turn."""
-    names: set[str] = set()
+def _plan_steps(messages: list[dict[str, Any]]) -> tuple[str, ...] | None:
+    """The step titles of this turn's first plan, or None when it keeps none."""
+    plans = [b["input"].get("steps") or [] for b in _turn_blocks(messages) if b.get("name") == "update_plan"]
+    return tuple(str(step.get("title", "")) for step in plans[0]) if plans else None
+
+
+def _wants_long(lowered: str) -> bool:
+    """"long" alone, or a long story, text, reply…: not "longer", which is an edit."""
+    return re.search(r"\blong\b", lowered) is not None and (
+        len(lowered.split()) <= 3 or any(w in lowered for w in ("story", "reply", "answer", "text", "tale", "essay")))
+
+
+def _long_reply(ask: str) -> str:
+    """A story of a dozen paragraphs, streamed slowly (see DemoModel.stream): time to press
+    Stop, or to reload the page and watch it go on."""
+    topic = re.sub(r"\b(please|write|tell|give|me|a|an|the|long|story|reply|answer|text|about|of|on)\b", " ",
+                   _words(ask, 16), flags=re.I)
+    topic = " ".join(topic.split()) or "a lighthouse keeper"
+    places = ("by the harbour", "in the old library", "on the night train", "at the edge of the forest",
+              "under the bridge", "in a crowded market", "on the top floor", "at the last stop",
+              "in the village hall", "on the ferry", "behind the bakery", "at the lighthouse door")
+    paragraphs = [f"# A long story: {topic}\n\nThis is the demo model's long reply: it streams slowly on purpose. "
+                  "Press **Stop** to end it where it is, or reload the page halfway and watch it carry on "
+                  "from where it was."]
+    for n, place in enumerate(places, 1):
+        paragraphs.append(
+            f"## Part {n}\n\nIt began {place}, where the story of {topic} picked up again. Nobody there "
+            "expected much of the morning: the light came in slowly, the coffee was too strong, and the "
+            "radio repeated the same weather report twice. Yet something small had changed, and whoever "
+            f"noticed it first would tell the others before noon. By the end of part {n} the change had a "
+            "name, a reason and a consequence, each of which would matter later in ways no one guessed.")
+    paragraphs.append("## The end\n\nAnd that is where the story stops. *The offline demo model wrote this "
+                      "from a script; a real model writes something worth reading.*")
+    return "\n\n".join(paragraphs)
+
+
+def _turn_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The tool calls made since the user's message that started this turn, oldest first."""
+    calls: list[dict[str, Any]] = []
     for message in reversed(messages):
         content = message.get("content")
         if message["role"] == "user" and (isinstance(content, str) or any(
                 isinstance(b, dict) and b.get("type") != "tool_result" for b in content or [])):
             break
         if message["role"] == "assistant" and isinstance(content, list):
-            names |= {b["name"] for b in content if isinstance(b, dict) and b.get("type") == "tool_use"}
-    return names
+            calls[:0] = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+    return calls
+
+
+def _turn_calls(messages: list[dict[str, Any]]) -> set[str]:
+    """The tools called since the user's message that started this turn."""
+    return {b["name"] for b in _turn_blocks(messages)}
 
 
 def _rewrite(content: str, language: str | None) -> dict[str, Any]:

@@ -175,3 +175,29 @@ def _around_defs(lines: list[str], log_line: Any, comment: str = "#") -> str:
         if match and (extra := log_line(match[1], match[2])) is not None:
             out.append(extra)
     return "\n".join(out) + "\n"
+
+
+_CONCLUDES = re.compile(r"^#+\s*(conclusion|summary|in short|the end)\b", re.IGNORECASE | re.MULTILINE)
+
+
+def judge(content: str, kind: str) -> dict[str, Any]:
+    """The demo reviewer's verdict (`submit_review`'s input) on a version: scripted but
+    read from the text, so a review can fail and its revision be seen. A text passes when it
+    ends on a conclusion or summary; code and images pass."""
+    if kind != "text" or _CONCLUDES.search(content):
+        return {"passed": True, "score": 0.9, "suggestions": [],
+                "feedback": "(Demo review) It does what was asked; a real reviewer model reads it closely."}
+    return {"passed": False, "score": 0.6, "suggestions": ["Add a short conclusion that sums up the key points"],
+            "feedback": "(Demo review) The draft stops without a conclusion: the reader is left to sum it up."}
+
+
+def revise(known: Known, feedback: str) -> str:
+    """The revision a failed demo review asks for: the conclusion it missed, made of the
+    draft's own key points; other feedback is applied as an edit note."""
+    content = known.content.rstrip("\n")
+    if "conclusion" not in feedback.lower() or _CONCLUDES.search(content):
+        return quick_rewrite(known, feedback.splitlines()[-1] if feedback.strip() else "revise")[0]
+    points = [line[2:].strip().rstrip(".") for line in content.splitlines() if line.startswith(("- ", "* "))]
+    summary = ("In short: " + "; ".join(p[0].lower() + p[1:] for p in points[:4] if p) + ".") if points else \
+        "In short: the draft's points hold together, and the next step is yours."
+    return f"{content}\n\n## Conclusion\n\n{summary}\n"
