@@ -50,7 +50,7 @@ async def chat(request: Request, hub: Hub, owner: str) -> Response:
         chat_request = ChatRequest.model_validate_json(body)
         conversation_id = await conversation_for_thread(hub.store, owner, chat_request.id)
         if chat_request.last.role == "assistant" and chat_request.trigger == "submit-message":
-            return _answers(hub, owner, conversation_id, chat_request)
+            return await _answers(hub, owner, conversation_id, chat_request)
         commands = await _commands(request, hub, owner, conversation_id, chat_request)
     except ValueError as exc:  # pydantic's ValidationError among them
         return error(400, "invalid_request", f"Not a chat request we can run: {_reason(exc)}")
@@ -75,20 +75,28 @@ async def _commands(request: Request, hub: Hub, owner: str, conversation_id: str
     return [*switch, message]
 
 
-def _answers(hub: Hub, owner: str, conversation_id: str, chat_request: ChatRequest) -> Response:
-    """The user's answers to the reply's approval requests: given to the turn, whose stream
-    goes on from the last frame the client had (`metadata.seq` of the reply, as `finish` left it)."""
+async def _answers(hub: Hub, owner: str, conversation_id: str, chat_request: ChatRequest) -> Response:
+    """The user's answers to the reply's approval requests, given to the turn. The stream goes
+    on from the last frame the client had (`metadata.seq` of the reply, as the `finish` of its
+    last stream left it): the running turn's frames up to there are read again unsent, so the
+    stream knows the reply as the client does (its open calls, the requests still unanswered)."""
     reply = chat_request.last
     approvals = chat_request.approvals()
     if not approvals:
         raise ValueError("a request that ends with the assistant's reply must carry the user's answers to its "
                          "approval requests (tool parts in the state approval-responded)")
     seq = (reply.metadata or {}).get("seq")
-    calls = [part for part in reply.parts if isinstance(part, ToolUIPart) and part.state in WAITING_STATES]
+    seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
     follow = _Follow(hub, owner, conversation_id)
+    running = await _running(hub, owner, conversation_id)
+    if seq is not None and running is not None and running[1] == reply.id:
+        ui = UiStream(conversation_id, None, reply_id=reply.id)
+        return _sse(follow.run(approvals, ui=ui, after=running[0] - 1, quiet_until=seq))
+    # Its turn is over (or the client kept no seq): from what the client's reply holds.
+    calls = [part for part in reply.parts if isinstance(part, ToolUIPart) and part.state in WAITING_STATES]
     ui = UiStream(conversation_id, None, reply_id=reply.id, open_tools={part.tool_call_id for part in calls},
                   asked={approval.tool_id for approval in approvals})
-    return _sse(follow.run(approvals, ui=ui, after=seq if isinstance(seq, int) and seq >= 0 else None))
+    return _sse(follow.run(approvals, ui=ui, after=seq))
 
 
 async def resume(request: Request, hub: Hub, owner: str) -> Response:
@@ -151,10 +159,11 @@ class _Follow:
         self.hub, self.owner, self.conversation_id = hub, owner, conversation_id
         self.frames = FrameQueue()
 
-    async def run(self, commands: list[AnyClientFrame], *, ui: UiStream | None = None,
-                  after: int | None = None) -> AsyncIterator[str]:
+    async def run(self, commands: list[AnyClientFrame], *, ui: UiStream | None = None, after: int | None = None,
+                  quiet_until: int | None = None) -> AsyncIterator[str]:
         """Sends the commands, then streams the reply: the stored frames after `after` first
-        (a replay), then live ones, until it is done or waits for the user."""
+        (a replay; those up to `quiet_until`, which the client has, only read), then live ones,
+        until it is done or waits for the user."""
         hub = self.hub
         live = await hub.attach_thread(self.owner, self.conversation_id, self.frames)
         if live is None:  # deleted or taken since the request was checked
@@ -167,7 +176,7 @@ class _Follow:
                 ui.artifact = await hub.artifact(self.owner, live.id)
             if ui.reply_id is not None:
                 yield _text(ui.start())
-            async for chunks in self._chunks(live, ui, commands, after):
+            async for chunks in self._chunks(live, ui, commands, after, quiet_until):
                 if chunks:
                     yield _text(chunks)
             yield DONE_LINE
@@ -175,7 +184,7 @@ class _Follow:
             hub.detach(live, self.frames)
 
     async def _chunks(self, live: LiveConversation, ui: UiStream, commands: list[AnyClientFrame],
-                      after: int | None) -> AsyncIterator[list[AnyChunk]]:
+                      after: int | None, quiet_until: int | None) -> AsyncIterator[list[AnyChunk]]:
         preparing = None
         for command in commands:
             try:
@@ -187,10 +196,18 @@ class _Follow:
                 log.info("an answer of the AI SDK client was refused: %s", exc.message)  # answered already
         if after is not None:
             await self.hub.writer.flush()
+            quiet = quiet_until is not None
             for event in await self.hub.store.events_after(self.owner, live.id, after):
-                yield await self._feed(ui, server_frames.validate_json(event.frame))
+                if quiet and event.seq > quiet_until:  # type: ignore[operator]
+                    quiet = False
+                    ui.pause()  # where the client's last stream ended
+                chunks = await self._feed(ui, server_frames.validate_json(event.frame))
+                if not quiet:
+                    yield chunks
                 if ui.finished:
                     return
+            if quiet:
+                ui.pause()
             if not live.running and not ui.finished:  # over, and its end is no longer kept
                 yield ui.pause()
                 return

@@ -158,8 +158,8 @@ class UiStream:
             self.reply_id = reply_id
         chunks = self.start()
         if self._answered:  # a model call after the results of the last one
-            chunks += [*self._close(), FinishStep()]
-            self._step = self._answered = False
+            chunks += [*self._close(), *self._end_step()]
+            self._answered = False
         if not self._step:
             self._step = True
             chunks.append(StartStep())

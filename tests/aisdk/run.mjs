@@ -97,7 +97,8 @@ for (const step of script.steps) {
   } else if (step.send !== undefined) {
     await chat.sendMessage({ text: step.send }, { body: step.body });
     if (step.drop !== undefined) {
-      outcomes.push({ step: "dropped", status: chat.status, messages: structuredClone(chat.messages) });
+      outcomes.push({ status: chat.status, error: chat.error ? String(chat.error.message) : null,
+                      messages: structuredClone(chat.messages) });
       await chat.resumeStream();
     }
   } else if (step.regenerate) {
