@@ -246,3 +246,30 @@ async def test_the_wire_bad_bodies_stop_and_resume(server, fake_anthropic):
     assert kinds(replay)[:4] == ["start", "start-step", "text-start", "text-delta"]
     assert replay[-1]["type"] == "finish" and replay[-1]["messageMetadata"]["stopReason"] == "aborted"
     assert "abort" in kinds(replay)
+
+
+async def test_same_auth_quotas_origins_and_chat_names_per_user(make_server, fake_anthropic):
+    """A chat id is the caller's own name (as an AG-UI thread): Ann's chat of a name is not Bob's;
+    a turn counts against the quota like a WebSocket message; browsers from other origins are refused."""
+    server = make_server(CHAT_AGENT_API_KEYS="ann:tok-ann,bob:tok-bob", CHAT_AGENT_LIMITS="turns_per_minute=1")
+    body = {"id": "notes", "messages": [user("hello")]}
+    url = server.http_url + "/api/chat"
+    async with httpx.AsyncClient(timeout=10) as client:
+        assert (await client.post(url, json=body)).status_code == 401
+        assert (await client.get(url + "/notes/stream")).status_code == 401
+        evil = await client.post(url, json=body, headers={"Origin": "https://evil.example",
+                                                          "Authorization": "Bearer tok-ann"})
+        assert evil.status_code == 403 and evil.json()["error"]["code"] == "forbidden_origin"
+    fake_anthropic.enqueue(Reply("Hi Ann."), Reply("Hi Bob."))
+    _, anns = await chunks_of(server, body, {"Authorization": "Bearer tok-ann"})
+    _, bobs = await chunks_of(server, body, {"Authorization": "Bearer tok-bob"})
+    ann_id, bob_id = (c[0]["messageMetadata"]["conversationId"] for c in (anns, bobs))
+    assert ann_id != bob_id and kinds(bobs)[-2] == "finish"
+    assert server.get(f"/api/conversations/{ann_id}", token="tok-bob")[0] == 404
+    async with httpx.AsyncClient(timeout=10) as client:
+        again = await client.post(url, json=body, headers={"Authorization": "Bearer tok-ann"})
+        assert again.status_code == 429 and again.json()["error"]["code"] == "rate_limited"
+        assert int(again.headers["Retry-After"]) > 0
+        # Bob cannot stop Ann's chat: his chat of that name is his own.
+        assert (await client.delete(url + f"/{ann_id}/stream", headers={"Authorization": "Bearer tok-bob"})
+                ).status_code == 404
