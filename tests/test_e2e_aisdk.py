@@ -6,17 +6,13 @@ Python for what a client library never sends (bad bodies) and the raw wire (head
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests import pace, reaper
+from tests import node_kit
 from tests.fakes.anthropic_fake import Fault, Reply, Thinking, ToolUse
 from tests.support import ROOT, connect, send, until
 
@@ -48,31 +44,14 @@ def kinds(chunks: list[dict]) -> list[str]:
 @pytest.fixture(scope="module")
 def aisdk_kit(tmp_path_factory) -> Path:
     """tests/aisdk with its pinned `ai` installed."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        reason = f"the AI SDK client check needs {' and '.join(missing)} (apt-get install nodejs npm)"
-        if os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    work = tmp_path_factory.mktemp("aisdk")
-    for name in ("package.json", "package-lock.json", "run.mjs"):
-        shutil.copy(KIT / name, work / name)
-    reaper.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
-               capture_output=True, timeout=600)
-    return work
+    return node_kit.install(KIT, tmp_path_factory.mktemp("aisdk"), "the AI SDK client check")
 
 
 async def chat(kit: Path, server, chat_id: str, *steps: dict, token: str | None = None) -> dict:
     """Runs the steps with the SDK's chat client; what it held after each one."""
     script = {"api": server.http_url + "/api/chat", "id": chat_id, "token": token, "steps": list(steps)}
-    proc = await reaper.spawn_async("node", "run.mjs", json.dumps(script), cwd=kit, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), pace.scaled(90))
-    finally:
-        await reaper.end_async(proc)
-    assert proc.returncode == 0, err.decode()
-    return json.loads(out.decode().strip().splitlines()[-1])
+    out = await node_kit.run(kit, "run.mjs", json.dumps(script))
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def parts(message: dict, kind: str) -> list[dict]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 from typing import AsyncIterator
 
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
@@ -31,7 +30,7 @@ from chat_agent.web import aisdk_branch
 from chat_agent.web.aisdk_chunks import DONE_LINE, STREAM_HEADERS, AnyChunk
 from chat_agent.web.aisdk_request import ChatRequest, ToolUIPart
 from chat_agent.web.aisdk_stream import UiStream
-from chat_agent.web.errors import error
+from chat_agent.web.errors import error, reason
 from chat_agent.web.frame_queue import GONE, FrameQueue
 from chat_agent.web.http import authed
 from chat_agent.web.threads import conversation_for_thread
@@ -53,7 +52,7 @@ async def chat(request: Request, hub: Hub, owner: str) -> Response:
             return await _answers(hub, owner, conversation_id, chat_request)
         commands = await _commands(request, hub, owner, conversation_id, chat_request)
     except ValueError as exc:  # pydantic's ValidationError among them
-        return error(400, "invalid_request", f"Not a chat request we can run: {_reason(exc)}")
+        return error(400, "invalid_request", f"Not a chat request we can run: {reason(exc)}")
     return _sse(_Follow(hub, owner, conversation_id).run(commands))
 
 
@@ -142,13 +141,6 @@ async def _running(hub: Hub, owner: str, conversation_id: str) -> tuple[int, str
 
 def _sse(chunks: AsyncIterator[str]) -> StreamingResponse:
     return StreamingResponse(chunks, media_type="text/event-stream", headers=STREAM_HEADERS)
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}"
-    return str(exc)
 
 
 class _Follow:
