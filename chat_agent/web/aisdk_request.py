@@ -10,6 +10,7 @@ import base64
 import binascii
 import re
 from typing import Annotated, Any, Literal, Union
+from urllib.parse import unquote_to_bytes
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, StrictStr, Tag
 from pydantic.alias_generators import to_camel
@@ -70,7 +71,12 @@ class UIMessage(_Wire):
     id: StrictStr
     role: Literal["system", "user", "assistant"]
     parts: list[UIPart] = Field(default_factory=list)
-    metadata: dict[str, Any] | None = None
+    metadata: Any = None  # the app's own, any JSON; the server's replies carry an object (`seq`...)
+
+    def seq(self) -> int | None:
+        """The last frame's seq that the client has of this reply, as its stream's `finish` said."""
+        seq = self.metadata.get("seq") if isinstance(self.metadata, dict) else None
+        return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
 
 
 class ChatRequest(_Wire):
@@ -129,7 +135,7 @@ def _attachment(part: FileUIPart) -> dict[str, Any]:
 
 def _text(header: str, payload: str) -> str:
     try:
-        raw = base64.b64decode(payload, validate=True) if ";base64" in header else payload.encode()
+        raw = base64.b64decode(payload, validate=True) if ";base64" in header else unquote_to_bytes(payload)
         return raw.decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise ValueError("a text file's data URL must hold UTF-8 text") from None

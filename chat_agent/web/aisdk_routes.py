@@ -84,8 +84,7 @@ async def _answers(hub: Hub, owner: str, conversation_id: str, chat_request: Cha
     if not approvals:
         raise ValueError("a request that ends with the assistant's reply must carry the user's answers to its "
                          "approval requests (tool parts in the state approval-responded)")
-    seq = (reply.metadata or {}).get("seq")
-    seq = seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
+    seq = reply.seq()
     follow = _Follow(hub, owner, conversation_id)
     running = await _running(hub, owner, conversation_id)
     if seq is not None and running is not None and running[1] == reply.id:
