@@ -144,7 +144,7 @@ async def test_regenerate_and_edit_make_branches(server, fake_anthropic, aisdk_k
 
 
 async def test_a_dropped_request_resumes_with_the_running_reply(server, fake_anthropic, aisdk_kit):
-    text = "slow " * 60
+    text = "slow " * 120
     fake_anthropic.enqueue(Reply(text, chunk_size=5, delay=0.02))
     result = await chat(aisdk_kit, server, "sdk-resume", {"send": "Take your time", "drop": 4})
     dropped, resumed = result["outcomes"]
