@@ -80,6 +80,11 @@ def test_approvals_pause_the_stream_and_their_answers_show():
     assert [c["type"] for c in chunks] == ["tool-approval-response", "data-tool-progress", "tool-output-error",
                                            "tool-output-denied"]
     assert chunks[0]["approved"] is True and chunks[1]["transient"] is True and chunks[2]["errorText"] == "boom"
+    # A request that carries the client's answer does not pause before the turn took it.
+    ui = UiStream("c1", None, reply_id="m", open_tools={"t1"}, answered={"t1"})
+    assert not ui.waiting and wire(ui.start())[0]["messageId"] == "m"
+    assert wire(ui.feed(ToolEnd(tool_id="t1", name="web_search", output="Not run.", duration=0, is_error=True))) == [
+        {"type": "tool-output-denied", "toolCallId": "t1"}]
 
 
 def test_the_canvas_and_citations():

@@ -85,15 +85,16 @@ async def _answers(hub: Hub, owner: str, conversation_id: str, chat_request: Cha
         raise ValueError("a request that ends with the assistant's reply must carry the user's answers to its "
                          "approval requests (tool parts in the state approval-responded)")
     seq = reply.seq()
+    answered = {approval.tool_id for approval in approvals}
     follow = _Follow(hub, owner, conversation_id)
     running = await _running(hub, owner, conversation_id)
     if seq is not None and running is not None and running[1] == reply.id:
-        ui = UiStream(conversation_id, None, reply_id=reply.id)
+        ui = UiStream(conversation_id, None, reply_id=reply.id, answered=answered)
         return _sse(follow.run(approvals, ui=ui, after=running[0] - 1, quiet_until=seq))
     # Its turn is over (or the client kept no seq): from what the client's reply holds.
     calls = [part for part in reply.parts if isinstance(part, ToolUIPart) and part.state in WAITING_STATES]
     ui = UiStream(conversation_id, None, reply_id=reply.id, open_tools={part.tool_call_id for part in calls},
-                  asked={approval.tool_id for approval in approvals})
+                  answered=answered)
     return _sse(follow.run(approvals, ui=ui, after=seq))
 
 

@@ -46,7 +46,7 @@ class UiStream:
     """Feeds on frames in seq order, hands back the chunks each one makes."""
 
     def __init__(self, conversation_id: str, artifact: ArtifactState | None, *, reply_id: str | None = None,
-                 open_tools: set[str] | None = None, asked: set[str] | None = None):
+                 open_tools: set[str] | None = None, answered: set[str] | None = None):
         self.conversation_id = conversation_id
         self.artifact = artifact
         self.reply_id = reply_id  # known up front when a request continues a reply the client has
@@ -64,13 +64,17 @@ class UiStream:
         self._reasoning: str | None = None
         self._parts = 0
         self._open: set[str] = set(open_tools or ())  # calls started, not ended
-        self._asked: set[str] = set(asked or ())  # calls whose approval was asked, no answer seen
+        self._asked: set[str] = set(answered or ())  # calls whose approval was asked, no outcome seen
+        # Calls the client answered with this request: not waiting for the user any more, even
+        # before the frames say so (the answer may still be on its way to the turn).
+        self._told: set[str] = set(answered or ())
         self._error: ErrorFrame | None = None
 
     @property
     def waiting(self) -> bool:
         """Every open call of the reply waits for the user: nothing more comes until they answer."""
-        return not self.finished and bool(self._asked) and self._open <= self._asked
+        unanswered = self._asked - self._told
+        return not self.finished and bool(unanswered) and self._open <= unanswered
 
     def start(self) -> list[AnyChunk]:
         """`start` now, for a reply whose id is known (or none: a stream that only refuses)."""
