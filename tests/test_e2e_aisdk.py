@@ -83,6 +83,14 @@ async def test_the_sdk_client_gets_text_reasoning_tools_and_the_canvas(server, f
 
     # The same conversation over the WebSocket (the reply under the id the SDK client has), and
     # on over the SDK again: the server keeps the history, the model sees it once.
+    # A chat opened again (useChat({ messages }) after a reload) has the reply as it was streamed.
+    loaded = (await chat(aisdk_kit, server, "sdk-chat-1", {"load": True}))["outcomes"][-1]["messages"]
+    assert [m["role"] for m in loaded] == ["user", "assistant"] and loaded[1]["id"] == reply["id"]
+    assert parts(loaded[0], "text")[0]["text"] == "Write down the tides"
+    assert [p["type"] for p in loaded[1]["parts"] if p["type"] != "data-artifact"] == [
+        p["type"] for p in reply["parts"] if p["type"] != "data-artifact"]
+    assert parts(loaded[1], "tool-generate_artifact")[0]["output"] == call["output"]
+    assert parts(loaded[1], "text") == parts(reply, "text") and loaded[1]["metadata"]["stopReason"] == "end_turn"
     ws, session = await connect(server, meta["conversationId"])
     assert [m["id"] for m in session["messages"]][-1] == reply["id"]
     assert session["artifact"]["current"]["content"] == artifact["content"]

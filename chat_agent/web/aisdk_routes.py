@@ -19,7 +19,7 @@ import logging
 from typing import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from chat_agent.protocol import AbortIn, AnyClientFrame, ArtifactEdit, SwitchBranchIn, server_frames
@@ -27,6 +27,7 @@ from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.web import aisdk_branch
+from chat_agent.web.aisdk_history import ui_message
 from chat_agent.web.aisdk_chunks import DONE_LINE, STREAM_HEADERS, AnyChunk
 from chat_agent.web.aisdk_request import ChatRequest, ToolUIPart
 from chat_agent.web.aisdk_stream import UiStream
@@ -107,6 +108,17 @@ async def resume(request: Request, hub: Hub, owner: str) -> Response:
     first_seq, reply_id = running
     ui = UiStream(conversation_id, None, reply_id=reply_id)
     return _sse(_Follow(hub, owner, conversation_id).run([], ui=ui, after=first_seq - 1))
+
+
+async def history(request: Request, hub: Hub, owner: str) -> Response:
+    """The chat's active path as UI messages (`useChat({ messages })` after a reload); none for a
+    chat that has no message yet. A running reply is there as streamed so far."""
+    conversation_id = await conversation_for_thread(hub.store, owner, request.path_params["id"])
+    messages = []
+    if await hub.store.get_conversation(owner, conversation_id) is not None:
+        messages = await hub.visible_messages(owner, conversation_id)
+    return JSONResponse({"conversationId": conversation_id,
+                         "messages": [ui_message(message, conversation_id) for message in messages]})
 
 
 async def stop(request: Request, hub: Hub, owner: str) -> Response:
@@ -233,4 +245,5 @@ def _text(chunks: list[AnyChunk]) -> str:
 
 routes = [Route("/api/chat", authed(chat), methods=["POST"]),
           Route("/api/chat/{id}/stream", authed(resume), methods=["GET"]),
+          Route("/api/chat/{id}/messages", authed(history), methods=["GET"]),
           Route("/api/chat/{id}/stream", authed(stop), methods=["DELETE"])]

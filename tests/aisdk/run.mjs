@@ -7,11 +7,13 @@
 // Steps: {"send": TEXT, "body"?}, {"edit": TEXT, "index": N} (useChat's edit of user message N),
 // {"regenerate": true}, {"approve": BOOL, "reason"?} (answers the open approval request; the chat
 // sends the answer itself), {"send": TEXT, "drop": N} (the connection breaks after N chunks of
-// the answer, then `resumeStream`), {"stop": true}.
+// the answer, then `resumeStream`), {"resume": true}, {"load": true} (the stored chat from
+// GET {api}/{id}/messages, checked by the SDK's validateUIMessages, as the chat's messages).
 import {
   AbstractChat,
   DefaultChatTransport,
   lastAssistantMessageIsCompleteWithApprovalResponses,
+  validateUIMessages,
 } from "ai";
 
 const script = JSON.parse(process.argv[2]);
@@ -109,6 +111,10 @@ for (const step of script.steps) {
     await chat.addToolApprovalResponse({ id, approved: step.approve, reason: step.reason });
   } else if (step.resume) {
     await chat.resumeStream();
+  } else if (step.load) {
+    const response = await fetch(`${script.api}/${encodeURIComponent(script.id)}/messages`, { headers });
+    if (!response.ok) throw new Error(`loading the chat: ${response.status} ${await response.text()}`);
+    chat.messages = await validateUIMessages({ messages: (await response.json()).messages });
   }
   await settled();
   outcomes.push({ status: chat.status, error: chat.error ? String(chat.error.message) : null,
