@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from chat_agent.protocol import AttachmentPart, ReviewPart, TextPart, ThinkingPart, ToolPart, VisibleMessage
+from chat_agent.web.aisdk_stream import error_text
 
 STOP_REASONS = {"complete": "end_turn", "aborted": "aborted", "error": "error", "refusal": "refusal",
                 "interrupted": "error"}
@@ -38,8 +39,7 @@ def _parts(part: Any) -> list[dict[str, Any]]:
             call = {"type": f"tool-{part.name}", "toolCallId": part.tool_id, "input": part.input,
                     "providerExecuted": True}
             if part.is_error:
-                text = part.output if isinstance(part.output, str) else "The tool failed."
-                return [{**call, "state": "output-error", "errorText": text or "The tool failed."}]
+                return [{**call, "state": "output-error", "errorText": error_text(part.output)}]
             return [{**call, "state": "output-available", "output": part.output}]
         case ReviewPart():
             return [{"type": "data-review", "id": part.review_id,

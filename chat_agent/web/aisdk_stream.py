@@ -222,8 +222,7 @@ class UiStream:
             self._asked.discard(end.tool_id)
             return [ToolOutputDenied(tool_call_id=end.tool_id)]
         if end.is_error:
-            text = end.output if isinstance(end.output, str) else json.dumps(end.output, ensure_ascii=False)
-            return [ToolOutputError(tool_call_id=end.tool_id, error_text=text or "The tool failed.")]
+            return [ToolOutputError(tool_call_id=end.tool_id, error_text=error_text(end.output))]
         return [ToolOutputAvailable(tool_call_id=end.tool_id, output=end.output)]
 
     def _artifact_part(self) -> Data:
@@ -270,6 +269,12 @@ class UiStream:
         elif done.stop_reason == "aborted":
             chunks.append(Abort(reason="The turn was stopped."))
         return [*chunks, Finish(finish_reason=FINISH_REASONS[done.stop_reason], message_metadata=self._meta(done))]
+
+
+def error_text(output: Any) -> str:
+    """A failed call's output as the `errorText` of its tool part."""
+    text = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False) if output else ""
+    return text or "The tool failed."
 
 
 def _note(name: str, data: dict[str, Any]) -> Data:
