@@ -4,9 +4,9 @@ client validates them (`uiMessageChunkSchema`): one SSE `data:` line each, `[DON
 
 from __future__ import annotations
 
-from typing import Any, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 # `ai`'s FinishReason
@@ -140,7 +140,7 @@ class Data(Chunk):
     """A `data-NAME` part: kept in the message (one per `id`, replaced by a later one of the
     same id) or, `transient`, only handed to the client's `onData`."""
 
-    type: str  # "data-" + a name
+    type: Annotated[str, Field(pattern=r"^data-")]  # "data-" + a name
     id: str | None = None
     data: Any
     transient: bool | None = None
