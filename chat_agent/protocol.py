@@ -18,7 +18,7 @@ from chat_agent import edits
 PROTOCOL_VERSION = 1
 # The 1.1 and 1.2 additions this server implements (`session.features`), by PROTOCOL.md's short names.
 FEATURES: tuple[str, ...] = ("parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                             "continuation", "plan", "review", "tree", "search", "knowledge", "citations")
+                             "continuation", "plan", "review", "tree", "search", "knowledge", "citations", "ai_sdk")
 
 ErrorCode = Literal[
     "invalid_frame", "unknown_type", "empty_message", "too_large", "busy", "not_found",

@@ -39,7 +39,7 @@ async def tool_turn(server: ServerProcess, fake_anthropic) -> tuple[str, list[di
     """The reproduction: "Calling tools." + web_search + "Done: …", in two model calls."""
     ws, session = await connect(server)
     assert session["features"] == ["parts", "paging", "artifact_edit", "approval", "refusal_detail", "ag_ui", "status", "quotas",
-                                   "continuation", "plan", "review", "tree", "search", "knowledge", "citations"]
+                                   "continuation", "plan", "review", "tree", "search", "knowledge", "citations", "ai_sdk"]
     fake_anthropic.enqueue(Reply([Text("Calling tools."), ToolUse("web_search", SEARCH)]),
                            Reply("Done: two pages about cats."))
     await send(ws, type="message", content="find cats")

@@ -26,8 +26,8 @@ from chat_agent.sessions.pg_queue import ProcrastinateQueue
 from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
-from chat_agent.web import (agui_routes, canvas_routes, conversation_routes, history_routes, http, image_proxy,
-                            knowledge_routes, page, tree_routes, upload_routes)
+from chat_agent.web import (agui_routes, aisdk_routes, canvas_routes, conversation_routes, history_routes, http,
+                            image_proxy, knowledge_routes, page, tree_routes, upload_routes)
 from chat_agent.web.auth import Authenticator
 from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
@@ -89,6 +89,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             yield
 
     routes = [*http.routes, *history_routes.routes, *canvas_routes.routes, *upload_routes.routes, *agui_routes.routes,
+              *aisdk_routes.routes,
               *knowledge_routes.routes,
               *image_proxy.routes, *tree_routes.routes, *conversation_routes.routes,
               WebSocketRoute("/api/chat-agent", chat_endpoint), *page.routes]

@@ -7,6 +7,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Literal, Mapping
 
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +27,14 @@ CODES: dict[int, HttpErrorCode] = {
 
 def error(status: int, code: HttpErrorCode, message: str, headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
+
+
+def reason(exc: Exception) -> str:
+    """What was wrong with a request body, in one line: the first of pydantic's errors."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"{'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}"
+    return str(exc)
 
 
 def _message(request: Request, exc: HTTPException) -> str:
