@@ -1,10 +1,12 @@
 // The canvas page: wires the socket's frames to the chat, the canvas and the side panels.
 import { auth, download, request, HttpError } from "./api.js";
 import { Approvals } from "./approvals.js";
+import { Branches } from "./branches.js";
 import { Canvas } from "./canvas.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
 import { Connection, savedPlace } from "./connection.js";
+import { UserEdits } from "./edits.js";
 import { Knowledge } from "./knowledge.js";
 import { Conversations, CustomActions, memoriesPanel } from "./panels.js";
 import { renderQuickActions } from "./quick.js";
@@ -63,12 +65,35 @@ function quickBar() {
   if (current) renderQuickActions($("quick-actions"), current.type, customActions, runQuickAction);
 }
 
+// ---- the chat's own controls: models, copy, regenerate, edit and resend, branches, edit lines --
+let pendingEdit = null;  // an edited message sent: shown once `history` has redrawn the path
+const branches = new Branches({
+  conversation: () => connection.conversationId, send, toast, running: () => running,
+  regenerate: (messageId) => { if (send({ type: "regenerate", messageId, id: crypto.randomUUID(), settings: turnSettings() })) setRunning(true); },
+  resend: (editOf, content) => sendMessage({ content, editOf, settings: turnSettings() }, content),
+});
+chat.actions = branches;
+const userEdits = new UserEdits({ conversation: () => connection.conversationId, canvas, chat });
+
+/** `history` (PROTOCOL 1.2 trees): the active path changed; an edited message follows it. */
+function history(frame) {
+  let messages = frame.messages || [];
+  // The path ends before the edited message; a server that stores "before the first message"
+  // as "no leaf" sends the old path whole (its newest message): cut it there.
+  const cut = pendingEdit ? messages.findIndex((m) => m.id === pendingEdit.editOf) : -1;
+  if (cut >= 0) messages = messages.slice(0, cut);
+  chat.renderHistory(messages);
+  if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews); pendingEdit = null; }
+  userEdits.sync();
+}
+
 function session(frame, resumed) {
   const banner = $("demo-banner");
   banner.hidden = !frame.notice;
   banner.textContent = frame.notice || "";
   setTitle(frame.title);
   tokens(frame.context.tokens, frame.context.maxTokens);
+  composer.models(frame.models);
   const search = (frame.tools || []).find((t) => t.name === "web_search");
   $("opt-search").disabled = !!search && !search.enabled;
   $("opt-search").parentElement.title = search && !search.enabled ? search.reason || "" : "";
@@ -77,6 +102,7 @@ function session(frame, resumed) {
   approvals.restore(frame.pendingApprovals);
   reviews.restore(frame.pendingReviews);
   canvas.set(frame.artifact);
+  userEdits.sync();
   quickBar();
   setRunning(!!frame.running);
   conversations.mark(frame.title);
@@ -95,8 +121,9 @@ function handle(frame) {
     case "review_request": reviews.request(frame); break;
     case "review_decision": reviews.decided(frame); break;
     case "artifact_chunk": canvas.chunk(frame); break;
-    case "artifact": canvas.set(frame.artifact); quickBar(); break;
-    case "artifact_edit": canvas.edit(frame).then(quickBar, (e) => toast(e.message, true)); break;
+    case "artifact": canvas.set(frame.artifact); quickBar(); if (!running) userEdits.sync(); break;
+    case "artifact_edit": canvas.edit(frame).then(() => { quickBar(); if (!running) userEdits.sync(); }, (e) => toast(e.message, true)); break;
+    case "history": history(frame); break;
     case "title": setTitle(frame.title); conversations.mark(frame.title); break;
     case "context_update": tokens(frame.tokens, frame.maxTokens); break;
     case "context_cleared": chat.reset(); toast("Context cleared: the artifact and your memories stay."); break;
@@ -105,6 +132,7 @@ function handle(frame) {
       setRunning(false);
       if (canvas.live) canvas.set(canvas.state);  // a write that never finished
       conversations.mark();
+      branches.refresh(chat.shown(), (node) => chat.textOf(node));
       break;
     case "error": error(frame); break;
     case "pong": break;
@@ -117,6 +145,7 @@ function error(frame) {
   if (["busy", "empty_message", "invalid_highlight", "no_artifact", "invalid_attachment", "too_large", "invalid_frame", "not_found"].includes(frame.code)) {
     toast(frame.message, true);
     if (frame.code !== "busy") setRunning(false);
+    pendingEdit = null;
     return;
   }
   chat.failTurn(frame.message);
@@ -127,15 +156,20 @@ function sendMessage(message, visible, previews = []) {
   if (running) { toast("Wait for the reply, or stop it.", true); return false; }
   const frame = { type: "message", id: crypto.randomUUID(), ...message };
   if (!send(frame)) return false;
-  chat.addUser(visible, previews);
+  if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf }; else chat.addUser(visible, previews);
   setRunning(true);
   return true;
 }
 
-new Composer({
+/** A turn's `message.settings`: the composer's, and the knowledge bases picked. */
+function turnSettings(settings = composer.settings()) {
+  return { ...settings, ...(knowledge.selected().length ? { knowledge: knowledge.selected() } : {}) };
+}
+
+const composer = new Composer({
   toast,
   submit: ({ content, attachments, previews, settings }) => {
-    const message = { content, settings: { ...settings, ...(knowledge.selected().length ? { knowledge: knowledge.selected() } : {}) } };
+    const message = { content, settings: turnSettings(settings) };
     if (attachments.length) message.attachments = attachments;
     return sendMessage(message, content, previews);
   },

@@ -1,0 +1,154 @@
+"""The chat column's own controls in Chromium, against the real server and the fake Anthropic
+API: the model picker (`session.models` → `settings.model`), a reply's copy button,
+regenerate, edit and resend, the `‹ n/m ›` arrows between branches (PROTOCOL 1.2 trees; the
+canvas follows the branch), and a line in the chat for the user's own edit of the artifact."""
+
+from __future__ import annotations
+
+import re
+
+from playwright.sync_api import expect
+
+from tests.browser import no_problems
+from tests.fakes.anthropic_fake import Reply, Text, ToolUse
+from tests.test_browser_canvas import assistant, open_page, send
+
+PHONE = {"width": 390, "height": 844}
+
+
+def artifact(title: str, content: str) -> ToolUse:
+    return ToolUse("generate_artifact", {"title": title, "type": "text", "content": content})
+
+
+def idle(page) -> None:
+    expect(page.locator("#stop")).to_be_hidden()
+
+
+def test_model_picker_copy_regenerate_and_branch_arrows(page, make_server, fake_anthropic):
+    server = make_server(CHAT_AGENT_ALLOWED_MODELS="claude-sonnet-4-6,claude-opus-test")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.http_url)
+    open_page(page, server)
+    picker = page.get_by_label("Model")
+    expect(picker).to_be_visible()
+    expect(picker.locator("option")).to_have_text(["claude-sonnet-4-6 (default)", "claude-opus-test"])
+    picker.select_option("claude-opus-test")
+
+    fake_anthropic.enqueue(Reply("First **answer**."))
+    send(page, "Say something")
+    expect(assistant(page).locator(".text")).to_have_text("First answer.")
+    idle(page)
+    assert fake_anthropic.main_bodies[-1]["model"] == "claude-opus-test"
+
+    # Copy: the reply's Markdown on the clipboard, the button says so for a moment.
+    copy = assistant(page).get_by_role("button", name="Copy the reply")
+    copy.click()
+    expect(assistant(page).locator("button.copy.copied")).to_have_count(1)
+    assert page.evaluate("navigator.clipboard.readText()") == "First **answer**."
+
+    # Regenerate: a second reply to the same message, with the model still chosen; arrows 2/2.
+    fake_anthropic.enqueue(Reply("Second answer."))
+    assistant(page).get_by_role("button", name="Regenerate the reply").click()
+    expect(assistant(page).locator(".text")).to_have_text("Second answer.")
+    idle(page)
+    expect(page.locator(".message.assistant")).to_have_count(1)
+    expect(page.locator(".message.user")).to_have_count(1)
+    expect(assistant(page).locator(".branch-place")).to_have_text("2/2")
+    assert fake_anthropic.main_bodies[-1]["model"] == "claude-opus-test"
+    assert "First" not in str(fake_anthropic.main_bodies[-1]["messages"])  # the model never sees the other branch
+
+    # ‹ shows the first reply again, › the second; the copy button copies the one shown.
+    assistant(page).get_by_role("button", name=re.compile("^Previous version")).click()
+    expect(assistant(page).locator(".text")).to_have_text("First answer.")
+    expect(assistant(page).locator(".branch-place")).to_have_text("1/2")
+    expect(assistant(page).get_by_role("button", name=re.compile("^Previous version"))).to_be_disabled()
+    assistant(page).get_by_role("button", name=re.compile("^Next version")).click()
+    expect(assistant(page).locator(".text")).to_have_text("Second answer.")
+
+    # A reload shows the same path and places, from the stored tree.
+    page.reload()
+    expect(page.locator("#connection")).to_have_text("connected")
+    expect(assistant(page).locator(".text")).to_have_text("Second answer.")
+    expect(assistant(page).locator(".branch-place")).to_have_text("2/2")
+    expect(page.get_by_label("Model")).to_have_value("claude-opus-test")  # the choice is kept
+    no_problems(page)
+
+
+def test_one_model_no_picker_and_no_model_sent(page, make_server, fake_anthropic):
+    server = make_server(CHAT_AGENT_ALLOWED_MODELS="claude-sonnet-4-6")
+    open_page(page, server)
+    expect(page.locator("#opt-model")).to_be_hidden()
+    fake_anthropic.enqueue(Reply("Hello."))
+    send(page, "Hi")
+    expect(assistant(page).locator(".text")).to_have_text("Hello.")
+    assert fake_anthropic.main_bodies[-1]["model"] == "claude-sonnet-4-6"
+    no_problems(page)
+
+
+def test_edit_and_resend_on_a_phone_the_canvas_follows_the_branch(page, server, fake_anthropic):
+    page.set_viewport_size(PHONE)
+    open_page(page, server)
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"title": "Poem", "type": "text",
+                                                                "content": "Roses are red."})]),
+                           Reply("Here is a poem."))
+    send(page, "Write a poem")
+    expect(assistant(page).locator(".text")).to_have_text("Here is a poem.")
+    idle(page)
+    expect(page.locator("#artifact-title")).to_have_text("Poem")
+
+    user = page.locator(".message.user").last
+    user.get_by_role("button", name="Edit and resend").click()
+    box = user.get_by_label("Your message, edited")
+    expect(box).to_have_value("Write a poem")
+    fake_anthropic.enqueue(Reply([ToolUse("rewrite_artifact", {"title": "Haiku", "content": "Old pond, a frog."})]),
+                           Reply("Here is a haiku."))
+    box.fill("Write a haiku")
+    user.get_by_role("button", name="Send").click()
+    expect(assistant(page).locator(".text")).to_have_text("Here is a haiku.")
+    idle(page)
+    expect(page.locator(".message.user")).to_have_count(1)
+    expect(page.locator(".message.user .user-text")).to_have_text("Write a haiku")
+    expect(page.locator(".message.user .branch-place")).to_have_text("2/2")
+    expect(page.locator("#artifact-title")).to_have_text("Haiku")
+    assert "Write a poem" not in str(fake_anthropic.main_bodies[-1]["messages"])
+
+    # The first branch again: its message, its reply, and the artifact as that reply left it.
+    page.locator(".message.user").get_by_role("button", name=re.compile("^Previous version")).click()
+    expect(page.locator(".message.user .user-text")).to_have_text("Write a poem")
+    expect(assistant(page).locator(".text")).to_have_text("Here is a poem.")
+    expect(page.locator("#artifact-title")).to_have_text("Poem")
+    expect(page.locator("#version-select")).to_have_value("1")
+    expect(page.locator(".message.user .branch-place")).to_have_text("1/2")
+    no_problems(page)
+
+
+def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
+    open_page(page, server)
+    fake_anthropic.enqueue(Reply([Text("Drafting."), artifact("Notes", "First line.")]), Reply("Done."))
+    send(page, "Write notes")
+    expect(assistant(page).locator(".text").last).to_have_text("Done.")
+    idle(page)
+
+    page.click("#edit-artifact")
+    page.fill("#editor-content", "First line.\n\nMy own second line.")
+    page.click("#editor-save")
+    line = page.locator(".user-edit")
+    expect(line).to_have_text(re.compile(r"^You edited the document \(v2\)"))
+    expect(page.locator("#version-select")).to_have_value("2")
+
+    # The next turn comes after it; after a reload it is still between the two.
+    fake_anthropic.enqueue(Reply("I see your edit."))
+    send(page, "What changed?")
+    expect(assistant(page).locator(".text")).to_have_text("I see your edit.")
+    idle(page)
+    page.reload()
+    expect(page.locator("#connection")).to_have_text("connected")
+    expect(page.locator(".user-edit")).to_have_count(1)
+    order = page.eval_on_selector_all("#messages > *:not(.empty)", "nodes => nodes.map(n => n.className)")
+    assert [c.split()[0:2] for c in order] == [["message", "user"], ["message", "assistant"], ["user-edit"],
+                                               ["message", "user"], ["message", "assistant"]], order
+    # Its button shows that version in the canvas.
+    page.select_option("#version-select", "1")
+    expect(page.locator("#version-select")).to_have_value("1")
+    page.get_by_role("button", name="Show version 2 of the artifact").click()
+    expect(page.locator("#version-select")).to_have_value("2")
+    no_problems(page)
