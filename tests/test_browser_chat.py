@@ -138,7 +138,7 @@ def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
     # The next turn comes after it; after a reload it is still between the two.
     fake_anthropic.enqueue(Reply("I see your edit."))
     send(page, "What changed?")
-    expect(assistant(page).locator(".text")).to_have_text("I see your edit.")
+    expect(page.locator(".message.assistant .text").last).to_have_text("I see your edit.")
     idle(page)
     page.reload()
     expect(page.locator("#connection")).to_have_text("connected")
