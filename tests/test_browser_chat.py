@@ -152,3 +152,32 @@ def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
     page.get_by_role("button", name="Show version 2 of the artifact").click()
     expect(page.locator("#version-select")).to_have_value("2")
     no_problems(page)
+
+
+def test_the_latest_plan_stays_in_sight_on_a_phone(page, server, fake_anthropic):
+    page.set_viewport_size(PHONE)
+    open_page(page, server)
+    steps = lambda *s: {"steps": [{"title": t, "status": x} for t, x in zip(("Outline", "Draft"), s)]}  # noqa: E731
+    fake_anthropic.enqueue(Reply([Text("Planning."), ToolUse("update_plan", steps("in_progress", "pending"))]),
+                           Reply([ToolUse("update_plan", steps("done", "in_progress"))]), Reply("Half way."))
+    send(page, "Plan a note")
+    bar = page.get_by_role("group", name="The assistant's plan")
+    expect(bar.locator("summary")).to_have_text("Plan: 1 of 2 done · Draft")
+    expect(page.locator(".message.assistant .text").last).to_have_text("Half way.")
+    idle(page)
+    bar.locator("summary").click()
+    expect(bar.get_by_role("listitem", name="Outline (done)")).to_be_visible()
+    expect(bar.get_by_role("listitem", name="Draft (in progress)")).to_be_visible()
+
+    page.reload()  # from session.plan
+    expect(page.locator("#connection")).to_have_text("connected")
+    expect(page.locator(".plan-bar summary")).to_have_text("Plan: 1 of 2 done · Draft")
+
+    fake_anthropic.enqueue(Reply("Just a chat."))
+    send(page, "Thanks")
+    expect(page.locator(".message.assistant .text").last).to_have_text("Just a chat.")
+    expect(page.locator(".plan-bar")).to_be_hidden()
+    page.reload()  # the last turn kept no plan
+    expect(page.locator("#connection")).to_have_text("connected")
+    expect(page.locator(".plan-bar")).to_be_hidden()
+    no_problems(page)

@@ -1,9 +1,8 @@
 // The conversation column: messages in the order their parts happened (text, thinking, tool
 // cards, attachments), streamed as frames arrive.
 import { escapeHtml, imageNode, renderMarkdown } from "./markdown.js";
+import { planList } from "./plan.js";
 import { reviewCard } from "./reviews.js";
-
-const PLAN_MARKS = { pending: "○", in_progress: "◐", done: "●", skipped: "–" };
 
 const STOPS = { aborted: "Stopped.", max_steps: "Stopped: the step limit was reached.",
   max_tokens: "Cut off: the output limit was reached.", refusal: "The model declined to answer.",
@@ -250,14 +249,7 @@ export class Chat {
    * earlier plan cards fold away, so the latest plan is the one in sight. */
   plan(entry, card, input) {
     const steps = Array.isArray(input?.steps) ? input.steps : [];
-    const list = el("ol", "plan-steps");
-    for (const step of steps) {
-      const item = el("li", `plan-step ${step.status}`);
-      item.dataset.status = step.status;
-      item.append(el("span", "plan-mark", PLAN_MARKS[step.status] || "○"), document.createTextNode(step.title));
-      list.append(item);
-    }
-    const done = steps.filter((s) => s.status === "done" || s.status === "skipped").length;
+    const { list, done } = planList(steps);
     card.classList.add("plan");
     card.querySelector(".tool-status").textContent = `Plan: ${done} of ${steps.length} done`;
     card.querySelector(".body").prepend(list);

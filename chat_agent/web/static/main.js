@@ -8,6 +8,7 @@ import { Composer } from "./composer.js";
 import { Connection, savedPlace } from "./connection.js";
 import { UserEdits } from "./edits.js";
 import { Knowledge } from "./knowledge.js";
+import { latestPlan, PlanBar } from "./plan.js";
 import { Conversations, CustomActions, memoriesPanel } from "./panels.js";
 import { renderQuickActions } from "./quick.js";
 import { Reviews } from "./reviews.js";
@@ -69,10 +70,13 @@ function quickBar() {
 let pendingEdit = null;  // an edited message sent: shown once `history` has redrawn the path
 const branches = new Branches({
   conversation: () => connection.conversationId, send, toast, running: () => running,
-  regenerate: (messageId) => { if (send({ type: "regenerate", messageId, id: crypto.randomUUID(), settings: turnSettings() })) setRunning(true); },
+  regenerate: (messageId) => {
+    if (send({ type: "regenerate", messageId, id: crypto.randomUUID(), settings: turnSettings() })) { planBar.set(null); setRunning(true); }
+  },
   resend: (editOf, content) => sendMessage({ content, editOf, settings: turnSettings() }, content),
 });
 chat.actions = branches;
+const planBar = new PlanBar($("messages"));
 const userEdits = new UserEdits({ conversation: () => connection.conversationId, canvas, chat });
 
 /** `history` (PROTOCOL 1.2 trees): the active path changed; an edited message follows it. */
@@ -83,6 +87,7 @@ function history(frame) {
   const cut = pendingEdit ? messages.findIndex((m) => m.id === pendingEdit.editOf) : -1;
   if (cut >= 0) messages = messages.slice(0, cut);
   chat.renderHistory(messages);
+  planBar.set(latestPlan(messages));
   if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews); pendingEdit = null; }
   userEdits.sync();
 }
@@ -99,6 +104,7 @@ function session(frame, resumed) {
   $("opt-search").parentElement.title = search && !search.enabled ? search.reason || "" : "";
   if (resumed) return;  // the page shows all of it already; the replay brings the rest
   chat.renderHistory(frame.messages || []);
+  planBar.set(frame.plan);
   approvals.restore(frame.pendingApprovals);
   reviews.restore(frame.pendingReviews);
   canvas.set(frame.artifact);
@@ -113,9 +119,9 @@ function handle(frame) {
     case "content_chunk": chat.text(frame.messageId, frame.content); setRunning(true); break;
     case "thinking_chunk": chat.thinking(frame.messageId, frame.content); setRunning(true); break;
     case "citation": chat.citation(frame.messageId, frame.citation); break;
-    case "tool_start": chat.toolStart(frame); setRunning(true); break;
+    case "tool_start": chat.toolStart(frame); planBar.toolStart(frame); setRunning(true); break;
     case "tool_progress": approvals.resolve(frame.toolId); chat.toolProgress(frame); break;  // answered (maybe elsewhere)
-    case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); break;
+    case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); planBar.toolEnd(frame); break;
     case "approval_request": approvals.request(frame); break;
     case "review": chat.review(frame); break;
     case "review_request": reviews.request(frame); break;
@@ -126,7 +132,7 @@ function handle(frame) {
     case "history": history(frame); break;
     case "title": setTitle(frame.title); conversations.mark(frame.title); break;
     case "context_update": tokens(frame.tokens, frame.maxTokens); break;
-    case "context_cleared": chat.reset(); toast("Context cleared: the artifact and your memories stay."); break;
+    case "context_cleared": chat.reset(); planBar.set(null); toast("Context cleared: the artifact and your memories stay."); break;
     case "done":
       chat.finish(frame.messageId, frame.stopReason, frame.detail);
       setRunning(false);
@@ -157,6 +163,7 @@ function sendMessage(message, visible, previews = []) {
   const frame = { type: "message", id: crypto.randomUUID(), ...message };
   if (!send(frame)) return false;
   if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf }; else chat.addUser(visible, previews);
+  planBar.set(null);  // a new turn: its plan, if it keeps one
   setRunning(true);
   return true;
 }
@@ -231,6 +238,7 @@ $("sign-out").addEventListener("click", () => { auth.token = ""; location.reload
 function openConversation(id) {
   canvas.closeEditor();
   chat.reset();
+  planBar.set(null);
   approvals.clear();
   reviews.clear();
   canvas.set(null);
