@@ -14,6 +14,7 @@ from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.test_browser_canvas import assistant, open_page, send
 
 PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1400, "height": 900}
 
 
 def artifact(title: str, content: str) -> ToolUse:
@@ -70,6 +71,11 @@ def test_model_picker_copy_regenerate_and_branch_arrows(page, make_server, fake_
     expect(assistant(page).locator(".text")).to_have_text("Second answer.")
     expect(assistant(page).locator(".branch-place")).to_have_text("2/2")
     expect(page.get_by_label("Model")).to_have_value("claude-opus-test")  # the choice is kept
+    expect(page.locator("#send")).to_be_in_viewport()  # the picker does not push Send out of the box
+    page.set_viewport_size(PHONE)  # on a phone: all of it still there, within the column
+    for control in (page.get_by_label("Model"), page.locator("#send"), assistant(page).locator(".message-actions")):
+        control.scroll_into_view_if_needed()
+        expect(control).to_be_in_viewport()
     no_problems(page)
 
 
@@ -118,6 +124,8 @@ def test_edit_and_resend_on_a_phone_the_canvas_follows_the_branch(page, server, 
     expect(page.locator("#artifact-title")).to_have_text("Poem")
     expect(page.locator("#version-select")).to_have_value("1")
     expect(page.locator(".message.user .branch-place")).to_have_text("1/2")
+    page.set_viewport_size(DESKTOP)
+    expect(page.locator(".message.user").get_by_role("button", name=re.compile("^Next version"))).to_be_in_viewport()
     no_problems(page)
 
 
@@ -151,6 +159,9 @@ def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
     expect(page.locator("#version-select")).to_have_value("1")
     page.get_by_role("button", name="Show version 2 of the artifact").click()
     expect(page.locator("#version-select")).to_have_value("2")
+    page.set_viewport_size(PHONE)
+    line.scroll_into_view_if_needed()
+    expect(line).to_be_in_viewport()
     no_problems(page)
 
 
