@@ -5,8 +5,11 @@ canvas follows the branch), and a line in the chat for the user's own edit of th
 
 from __future__ import annotations
 
+import io
+import json
 import re
 
+from PIL import Image
 from playwright.sync_api import expect
 
 from tests.browser import no_problems
@@ -191,4 +194,33 @@ def test_the_latest_plan_stays_in_sight_on_a_phone(page, server, fake_anthropic)
     page.reload()  # the last turn kept no plan
     expect(page.locator("#connection")).to_have_text("connected")
     expect(page.locator(".plan-bar")).to_be_hidden()
+    no_problems(page)
+
+
+def test_an_edited_message_is_sent_again_with_its_picture(page, server, fake_anthropic):
+    open_page(page, server)
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30), (30, 160, 60)).save(buffer, "PNG")
+    page.set_input_files("#file-input", files=[{"name": "green.png", "mimeType": "image/png", "buffer": buffer.getvalue()}])
+    expect(page.locator(".attachment.uploaded")).to_have_count(1)
+    fake_anthropic.enqueue(Reply("A green box."))
+    send(page, "What is this?")
+    expect(page.locator(".message.assistant .text").last).to_have_text("A green box.")
+    idle(page)
+
+    user = page.locator(".message.user").last
+    user.get_by_role("button", name="Edit and resend").click()  # right away: the page's own copy of the message
+    expect(user.locator(".edit-note")).to_have_text("Sent again with its attachment")
+    fake_anthropic.enqueue(Reply("A small green rectangle."))
+    user.get_by_label("Your message, edited").fill("What colour is this?")
+    user.get_by_role("button", name="Send").click()
+    expect(page.locator(".message.assistant .text").last).to_have_text("A small green rectangle.")
+    expect(page.locator(".message.user img")).to_have_count(1)
+    last = fake_anthropic.main_bodies[-1]["messages"]
+    assert '"type": "image"' in json.dumps(last) and "What is this?" not in json.dumps(last)
+
+    page.reload()  # from the stored message: its parts name the file
+    expect(page.locator("#connection")).to_have_text("connected")
+    page.locator(".message.user").get_by_role("button", name="Edit and resend").click()
+    expect(page.locator(".message.user .edit-note")).to_have_text("Sent again with its attachment")
     no_problems(page)

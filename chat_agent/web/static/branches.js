@@ -26,7 +26,7 @@ async function copyText(text) {
 
 export class Branches {
   /** conversation() -> id; send(frame) -> bool; running() -> bool; regenerate(messageId);
-   * resend(messageId, content) -> bool; toast(text, isError) */
+   * resend(messageId, content, {attachments, previews}) -> bool; toast(text, isError) */
   constructor({ conversation, send, running, regenerate, resend, toast }) {
     Object.assign(this, { conversation, send, running, regenerate, resend, toast });
     this.tree = null;  // {messages, leafId} as last fetched
@@ -84,6 +84,9 @@ export class Branches {
     const cancel = Object.assign(document.createElement("button"), { type: "button", className: "ghost small", textContent: "Cancel" });
     const save = Object.assign(document.createElement("button"), { type: "submit", className: "small", textContent: "Send" });
     const row = Object.assign(document.createElement("div"), { className: "row" });
+    const kept = node.resend?.attachments.length || 0;
+    if (kept) row.append(Object.assign(document.createElement("span"), { className: "edit-note",
+      textContent: `Sent again with its ${kept === 1 ? "attachment" : `${kept} attachments`}` }));
     row.append(cancel, save);
     form.append(box, row);
     const close = () => { form.remove(); words.hidden = false; node.classList.remove("editing"); this.refreshNode(node); };
@@ -92,7 +95,7 @@ export class Branches {
       e.preventDefault();
       const content = box.value.trim();
       if (!content) { this.toast("Write a message first.", true); return; }
-      if (this.resend(node.dataset.id, content)) close();
+      if (this.resend(node.dataset.id, content, node.resend)) close();
     });
     box.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); form.requestSubmit(); }

@@ -112,9 +112,13 @@ export class Chat {
     this.scroll();
   }
 
-  addUser(text, attachments = [], message = null) {
+  /** A user message; `sent`: its attachments as the message sent them (a stored message's
+   * parts name their files), for an edit that sends it again. */
+  addUser(text, attachments = [], message = null, sent = null) {
     this.empty.hidden = true;
     const node = el("div", "message user");
+    node.resend = { previews: attachments,
+      attachments: sent ?? attachments.filter((a) => a.fileId).map((a) => ({ type: a.kind, uploadId: a.fileId })) };
     node.dataset.role = "user";
     node.dataset.createdAt = message?.createdAt ?? Date.now() / 1000;
     if (attachments.length) {

@@ -73,7 +73,8 @@ const branches = new Branches({
   regenerate: (messageId) => {
     if (send({ type: "regenerate", messageId, id: crypto.randomUUID(), settings: turnSettings() })) { planBar.set(null); setRunning(true); }
   },
-  resend: (editOf, content) => sendMessage({ content, editOf, settings: turnSettings() }, content),
+  resend: (editOf, content, { attachments = [], previews = [] } = {}) =>
+    sendMessage({ content, editOf, settings: turnSettings(), ...(attachments.length ? { attachments } : {}) }, content, previews),
 });
 chat.actions = branches;
 const planBar = new PlanBar($("messages"));
@@ -88,7 +89,7 @@ function history(frame) {
   if (cut >= 0) messages = messages.slice(0, cut);
   chat.renderHistory(messages);
   planBar.set(latestPlan(messages));
-  if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews); pendingEdit = null; }
+  if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews, null, pendingEdit.attachments); pendingEdit = null; }
   userEdits.sync();
 }
 
@@ -162,7 +163,9 @@ function sendMessage(message, visible, previews = []) {
   if (running) { toast("Wait for the reply, or stop it.", true); return false; }
   const frame = { type: "message", id: crypto.randomUUID(), ...message };
   if (!send(frame)) return false;
-  if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf }; else chat.addUser(visible, previews);
+  const sent = message.attachments || [];
+  if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf, attachments: sent };
+  else chat.addUser(visible, previews, null, sent);
   planBar.set(null);  // a new turn: its plan, if it keeps one
   setRunning(true);
   return true;
