@@ -29,7 +29,6 @@ export class Branches {
    * resend(messageId, content, {attachments, previews}) -> bool; toast(text, isError) */
   constructor({ conversation, send, running, regenerate, resend, toast }) {
     Object.assign(this, { conversation, send, running, regenerate, resend, toast });
-    this.tree = null;  // {messages, leafId} as last fetched
   }
 
   /** The controls of one message node; again when its id or branch place becomes known. */
@@ -112,10 +111,10 @@ export class Branches {
     this.attach(node, { id: node.dataset.id, role: node.dataset.role, text: () => "" });
   }
 
+  /** {messages, leafId}: every message of every branch, in the order they were written. */
   async fetchTree() {
     const id = this.conversation();
-    this.tree = id ? await request("GET", `/api/conversations/${id}/tree`) : null;
-    return this.tree;
+    return id ? request("GET", `/api/conversations/${id}/tree`) : null;
   }
 
   siblings(tree, id) {

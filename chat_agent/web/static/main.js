@@ -148,11 +148,11 @@ function handle(frame) {
 }
 
 function error(frame) {
+  pendingEdit = null;  // an edited message refused: no `history` will come for it
   if (frame.code === "unauthorized") { askToken(true); return; }
   if (["busy", "empty_message", "invalid_highlight", "no_artifact", "invalid_attachment", "too_large", "invalid_frame", "not_found"].includes(frame.code)) {
     toast(frame.message, true);
     if (frame.code !== "busy") setRunning(false);
-    pendingEdit = null;
     return;
   }
   chat.failTurn(frame.message);
