@@ -414,6 +414,13 @@ class Settings(BaseSettings):
         """Models a client may pick with `settings.model`."""
         return self.allowed_models or (self.model, self.small_model)
 
+    @property
+    def offered_models(self) -> list[str]:
+        """The allowed models as `session.models` lists them: the one a message gets without
+        `settings.model` first (when it is allowed)."""
+        default = self.allowed(self.model)
+        return [*([default] if default else []), *(m for m in self.models if m != default)]
+
     def allowed(self, model: str) -> str | None:
         """The allowed model a client's `settings.model` names (`anthropic:x` and `x` are one
         model), as the server spells it; None when it is not allowed."""

@@ -342,6 +342,9 @@ class SessionFrame(ServerFrame):
     plan: list[PlanStep] | None = None  # 1.2 "Plans": the running or last turn's latest steps
     pending_reviews: list[ReviewInfo] = Field(default_factory=list)  # 1.2 "Review": asked and not answered yet
     leaf_id: str | None = None  # the last message of the active path (1.2 trees)
+    # Ours (PROTOCOL.md leaves fields open): the models `settings.model` may name, the server's
+    # default first, so that a client can offer a choice.
+    models: list[str] = Field(default_factory=list)
     # Ours (PROTOCOL.md leaves fields open): a line a client shows above the conversation, such
     # as that the replies come from the offline demo model. Sent only when there is one.
     notice: str | None = Field(default=None, exclude_if=_omit_none)

@@ -19,6 +19,7 @@ from chat_agent.store import (
     AppendEvents,
     AppendHistory,
     ArtifactRecord,
+    ArtifactVersionInfo,
     ArtifactVersionRecord,
     ConstraintError,
     CreateConversation,
@@ -91,6 +92,17 @@ async def test_first_version_creates_the_artifact_and_each_new_one_is_current(
     assert await store.get_artifact_version(ALICE, "c1", 1) == version(1)
     for missing in (0, 4, -1):
         assert await store.get_artifact_version(ALICE, "c1", missing) is None
+
+
+@pytest.mark.asyncio
+async def test_versions_are_listed_without_their_content_to_their_owner_only(store: Store, backend: Backend) -> None:
+    assert await store.list_artifact_versions(ALICE, "c1") == []
+    await store.apply([add(1), AddArtifactVersion(ALICE, "c1", "a1", version(2, source="user")), add(3)])
+    assert await store.list_artifact_versions(ALICE, "c1") == [
+        ArtifactVersionInfo(1, "Title 1", 1.0, "model"), ArtifactVersionInfo(2, "Title 2", 2.0, "user"),
+        ArtifactVersionInfo(3, "Title 3", 3.0, "model")]
+    assert await store.list_artifact_versions(BOB, "c1") == []
+    assert await store.list_artifact_versions(ALICE, "nope") == []
 
 
 @pytest.mark.asyncio

@@ -237,8 +237,8 @@ class Hub:
                 if frame is None or (frame.seq or 0) >= live.seq:
                     break
                 await asyncio.sleep(0.05)
-        if frame is not None and self.settings.demo:
-            frame.notice = DEMO_NOTICE
+        if frame is not None:  # what this server offers, whichever instance stored the rest
+            frame.models, frame.notice = self.settings.offered_models, DEMO_NOTICE if self.settings.demo else None
         return frame
 
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Self
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
     ArtifactRecord,
+    ArtifactVersionInfo,
     ArtifactVersionRecord,
     ConversationRecord,
     EventRecord,
@@ -233,6 +234,10 @@ class Store(ABC):
         self, owner: str, conversation_id: str, index: int
     ) -> ArtifactVersionRecord | None:
         """One version by its 1-based index; None if there is no such version."""
+
+    @abstractmethod
+    async def list_artifact_versions(self, owner: str, conversation_id: str) -> list[ArtifactVersionInfo]:
+        """Every version of the conversation's artifact, oldest first, without their content."""
 
     @abstractmethod
     async def get_memories(self, owner: str) -> MemoriesRecord | None:

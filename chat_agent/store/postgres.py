@@ -31,6 +31,7 @@ from chat_agent.store.ops import Op
 from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
 from chat_agent.store.records import (
     ArtifactRecord,
+    ArtifactVersionInfo,
     ArtifactVersionRecord,
     ConversationRecord,
     EventRecord,
@@ -375,6 +376,9 @@ class PostgresStore(Store):
         async with self._snapshot() as conn:
             found = await _rows(conn, reads.ARTIFACT_VERSION, (conversation_id, owner, index))
             return await _version(conn, conversation_id, found[0]) if found else None
+
+    async def list_artifact_versions(self, owner: str, conversation_id: str) -> list[ArtifactVersionInfo]:
+        return [ArtifactVersionInfo(*row) for row in await self._read(reads.ARTIFACT_VERSIONS, (conversation_id, owner))]
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
         rows = await self._read(reads.MEMORIES, (owner,))

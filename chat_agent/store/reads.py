@@ -76,6 +76,12 @@ ARTIFACT_VERSION = (
     " JOIN conversations c ON c.id = v.conversation_id"
     " WHERE c.id = ? AND c.owner = ? AND v.idx = ?"
 )
+# Who wrote each version and when, without its content: the page's lines for the user's edits.
+ARTIFACT_VERSIONS = (
+    "SELECT v.idx, v.title, v.created_at, v.source FROM artifact_versions v"
+    " JOIN conversations c ON c.id = v.conversation_id"
+    " WHERE c.id = ? AND c.owner = ? ORDER BY v.idx"
+)
 # A delta's base, the base's base, … down to the snapshot, nearest first: one statement,
 # each step a primary-key lookup, at most MAX_CHAIN + 1 rows (writes.py).
 CHAIN = (

@@ -100,6 +100,16 @@ class ArtifactVersionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ArtifactVersionInfo:
+    """A version without its content: who made it and when."""
+
+    index: int
+    title: str
+    created_at: float
+    source: ArtifactSource
+
+
+@dataclass(frozen=True, slots=True)
 class VersionDelta:
     """How a new version derives from an older one: version `base_index` with `changes`
     applied (`chat_agent.edits`: ascending `(start, end, text)`, offsets into the base)."""

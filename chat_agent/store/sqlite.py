@@ -44,6 +44,7 @@ from chat_agent.store.checkpoint import INTERVAL, NO_AUTO_CHECKPOINT, WalCheckpo
 from chat_agent.store.ops import Op
 from chat_agent.store.records import (
     ArtifactRecord,
+    ArtifactVersionInfo,
     ArtifactVersionRecord,
     ConversationRecord,
     EventRecord,
@@ -419,6 +420,9 @@ class SqliteStore(Store):
             return _version(db, conversation_id, rows[0]) if rows else None
 
         return await self._read(read)
+
+    async def list_artifact_versions(self, owner: str, conversation_id: str) -> list[ArtifactVersionInfo]:
+        return [ArtifactVersionInfo(*row) for row in await self._fetch(reads.ARTIFACT_VERSIONS, (conversation_id, owner))]
 
     async def get_memories(self, owner: str) -> MemoriesRecord | None:
         rows = await self._lookup(reads.MEMORIES, (owner,))

@@ -68,6 +68,18 @@ async def get_version(request: Request, hub: Hub, owner: str) -> Response:
                          "createdAt": version.created_at, "source": version.source})
 
 
+async def list_versions(request: Request, hub: Hub, owner: str) -> Response:
+    """Every version without its content: who made it and when (the page's lines for the
+    user's own edits, placed among the messages by time)."""
+    conversation_id = request.path_params["id"]
+    await hub.writer.flush()
+    if await hub.store.get_conversation(owner, conversation_id) is None:
+        return error(404, "not_found", "No such conversation.")
+    versions = await hub.store.list_artifact_versions(owner, conversation_id)
+    return JSONResponse({"versions": [{"index": v.index, "title": v.title, "createdAt": v.created_at,
+                                       "source": v.source} for v in versions]})
+
+
 async def export(request: Request, hub: Hub, owner: str) -> Response:
     fmt = request.query_params.get("format", "md")
     if fmt not in ("md", "docx", "code"):
@@ -165,6 +177,7 @@ async def quick_action(request: Request, hub: Hub, owner: str) -> Response:
 
 
 routes = [
+    Route("/api/conversations/{id}/artifact/versions", authed(list_versions), methods=["GET"]),
     Route("/api/conversations/{id}/artifact/versions/{index}", authed(get_version), methods=["GET"]),
     Route("/api/conversations/{id}/artifact/export", authed(export), methods=["GET"]),
     Route("/api/memories", authed(memories), methods=["GET", "PUT", "DELETE"]),

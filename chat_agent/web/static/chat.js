@@ -1,9 +1,8 @@
 // The conversation column: messages in the order their parts happened (text, thinking, tool
 // cards, attachments), streamed as frames arrive.
 import { escapeHtml, imageNode, renderMarkdown } from "./markdown.js";
+import { planList } from "./plan.js";
 import { reviewCard } from "./reviews.js";
-
-const PLAN_MARKS = { pending: "○", in_progress: "◐", done: "●", skipped: "–" };
 
 const STOPS = { aborted: "Stopped.", max_steps: "Stopped: the step limit was reached.",
   max_tokens: "Cut off: the output limit was reached.", refusal: "The model declined to answer.",
@@ -42,6 +41,7 @@ export class Chat {
     this.root = root;
     this.empty = empty;
     this.linkFor = () => null;  // a citation's link to its document (set by the page)
+    this.actions = null;        // each message's controls: copy, regenerate, edit, branches (branches.js)
     this.messages = new Map();  // id -> {node, last: {kind, node, text}}
     this.tools = new Map();     // toolId -> card
   }
@@ -56,8 +56,8 @@ export class Chat {
   renderHistory(messages) {
     this.reset();
     for (const message of messages) {
-      if (message.role === "user") { this.addUser(message.content, (message.parts || []).filter((p) => p.type === "attachment"), message.id); continue; }
-      const entry = this.assistant(message.id);
+      if (message.role === "user") { this.addUser(message.content, (message.parts || []).filter((p) => p.type === "attachment"), message); continue; }
+      const entry = this.assistant(message.id, message.createdAt);
       for (const part of message.parts || []) {
         if (part.type === "text") {
           this.text(message.id, part.text, true);
@@ -71,13 +71,56 @@ export class Chat {
       }
       this.finish(message.id, message.status, null, message.status === "streaming");
       if (message.status !== "streaming") entry.node.classList.remove("streaming");
+      this.decorate(entry.node, message);
     }
     this.scroll(true);
   }
 
-  addUser(text, attachments = [], id = null) {
+  /** The message's controls, once it is complete (a reply) or sent (the user's). */
+  decorate(node, message) {
+    this.actions?.attach(node, { id: message.id || node.dataset.id || null, role: node.dataset.role,
+      branch: message.branch, text: () => this.textOf(node) });
+  }
+
+  /** What a reply said, as Markdown (its text parts, as `content` joins them). */
+  textOf(node) {
+    const entry = this.messages.get(node.dataset.id);
+    return entry ? entry.texts.map((t) => t.text).join("\n\n") : node.querySelector(".user-text")?.textContent || "";
+  }
+
+  /** The message nodes shown, oldest first: the path the page shows (branches.js matches it to the tree). */
+  shown() { return [...this.root.querySelectorAll(":scope > .message[data-role]")]; }
+
+  /** A line for the user's own edit of the artifact (`version` from the versions list), in its
+   * place in time among the messages; once per version. */
+  userEdit(version, kind, select) {
+    if (this.root.querySelector(`.user-edit[data-index="${Number(version.index)}"]`)) return;
+    const line = el("div", "user-edit");
+    line.dataset.index = version.index;
+    line.dataset.createdAt = version.createdAt;
+    line.append(el("span", "user-edit-text"));
+    line.firstChild.textContent = `You edited the ${kind === "code" ? "code" : "document"} (v${version.index})`;
+    const show = el("button", "ghost small", "Show");
+    show.type = "button";
+    show.setAttribute("aria-label", `Show version ${version.index} of the artifact`);
+    show.addEventListener("click", () => select(version.index));
+    line.append(show);
+    const after = [...this.root.querySelectorAll(":scope > [data-created-at]")]
+      .find((node) => Number(node.dataset.createdAt) > Number(version.createdAt));
+    this.empty.hidden = true;
+    if (after) after.before(line); else this.root.append(line);
+    this.scroll();
+  }
+
+  /** A user message; `sent`: its attachments as the message sent them (a stored message's
+   * parts name their files), for an edit that sends it again. */
+  addUser(text, attachments = [], message = null, sent = null) {
     this.empty.hidden = true;
     const node = el("div", "message user");
+    node.resend = { previews: attachments,
+      attachments: sent ?? attachments.filter((a) => a.fileId).map((a) => ({ type: a.kind, uploadId: a.fileId })) };
+    node.dataset.role = "user";
+    node.dataset.createdAt = message?.createdAt ?? Date.now() / 1000;
     if (attachments.length) {
       const thumbs = el("div", "attachment-thumbs");
       for (const a of attachments) {
@@ -87,20 +130,26 @@ export class Chat {
       }
       node.append(thumbs);
     }
-    node.append(document.createTextNode(text));
-    if (id) node.dataset.id = id;
+    const words = el("div", "user-text");
+    words.textContent = text;
+    node.append(words);
+    if (message?.id) node.dataset.id = message.id;
     this.root.append(node);
+    this.decorate(node, message || {});
     this.scroll(true);
+    return node;
   }
 
-  assistant(id) {
+  assistant(id, createdAt = Date.now() / 1000) {
     let entry = this.messages.get(id);
     if (!entry) {
       this.empty.hidden = true;
       const node = el("div", "message assistant streaming");
       node.dataset.id = id;
+      node.dataset.role = "assistant";
+      node.dataset.createdAt = createdAt;
       this.root.append(node);
-      entry = { node, last: null };
+      entry = { node, last: null, texts: [] };
       this.messages.set(id, entry);
     }
     return entry;
@@ -108,12 +157,15 @@ export class Chat {
 
   text(id, chunk, whole = false) {
     const entry = this.assistant(id);
-    if (!entry.last || entry.last.kind !== "text" || whole) {
-      entry.last = { kind: "text", node: el("div", "text"), text: "" };
-      entry.node.append(entry.last.node);
-    }
+    if (!entry.last || entry.last.kind !== "text" || whole) this.textPart(entry);
     entry.last.text += chunk;
     this.paint(entry.last, (part) => this.drawText(part));
+  }
+
+  textPart(entry) {
+    entry.last = { kind: "text", node: el("div", "text"), text: "" };
+    entry.texts.push(entry.last);
+    entry.node.append(entry.last.node);
   }
 
   /** The text with its citations' numbered marks right after the words they support: each
@@ -141,10 +193,7 @@ export class Chat {
    * after it, and a line in the message's sources with the quote and a link to the document. */
   citation(id, citation) {
     const entry = this.assistant(id);
-    if (!entry.last || entry.last.kind !== "text") {
-      entry.last = { kind: "text", node: el("div", "text"), text: "" };
-      entry.node.append(entry.last.node);
-    }
+    if (!entry.last || entry.last.kind !== "text") this.textPart(entry);
     // Live, it follows the text streamed so far; from the history, where its `offset` says.
     (entry.last.citations ||= []).push({ ...citation, at: citation.offset ?? entry.last.text.length });
     this.paint(entry.last, (part) => this.drawText(part));
@@ -204,14 +253,7 @@ export class Chat {
    * earlier plan cards fold away, so the latest plan is the one in sight. */
   plan(entry, card, input) {
     const steps = Array.isArray(input?.steps) ? input.steps : [];
-    const list = el("ol", "plan-steps");
-    for (const step of steps) {
-      const item = el("li", `plan-step ${step.status}`);
-      item.dataset.status = step.status;
-      item.append(el("span", "plan-mark", PLAN_MARKS[step.status] || "○"), document.createTextNode(step.title));
-      list.append(item);
-    }
-    const done = steps.filter((s) => s.status === "done" || s.status === "skipped").length;
+    const { list, done } = planList(steps);
     card.classList.add("plan");
     card.querySelector(".tool-status").textContent = `Plan: ${done} of ${steps.length} done`;
     card.querySelector(".body").prepend(list);
@@ -267,6 +309,7 @@ export class Chat {
       line.textContent = detail ? `${note} ${detail}` : note;
       entry.node.append(line);
     }
+    if (!streaming) this.decorate(entry.node, {});
     this.scroll();
   }
 

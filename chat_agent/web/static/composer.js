@@ -3,6 +3,7 @@
 import { upload } from "./api.js";
 
 const $ = (id) => document.getElementById(id);
+const MODEL_KEY = "chat-agent.model";  // the model picked last, for the next visits
 
 export class Composer {
   /** submit({content, attachments, previews, settings}) -> bool (sent) */
@@ -16,6 +17,7 @@ export class Composer {
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); this.send(); }
     });
     this.prompt.addEventListener("input", () => this.grow());
+    $("opt-model").addEventListener("change", (e) => { try { localStorage.setItem(MODEL_KEY, e.target.value); } catch {} });
     $("file-input").addEventListener("change", (e) => { this.add([...e.target.files]); e.target.value = ""; });
     const zone = $("chat");
     let depth = 0;
@@ -24,6 +26,28 @@ export class Composer {
     zone.addEventListener("dragover", (e) => { if (e.dataTransfer?.types.includes("Files")) e.preventDefault(); });
     zone.addEventListener("dragleave", () => { if (--depth <= 0) { depth = 0; show(false); } });
     zone.addEventListener("drop", (e) => { e.preventDefault(); depth = 0; show(false); this.add([...e.dataTransfer.files]); });
+  }
+
+  /** The toggles' and the model picker's `message.settings` (a regenerate's too). */
+  settings() {
+    const settings = { webSearch: $("opt-search").checked, thinking: $("opt-thinking").checked };
+    // Unticked: the server's default (CHAT_AGENT_REVIEW). Ticked: reviewed, the user decides.
+    if ($("opt-review").checked) settings.review = { enabled: true, maxRevisions: 1, decision: "ask" };
+    const model = $("opt-model");
+    if (!model.hidden && model.value) settings.model = model.value;
+    return settings;
+  }
+
+  /** `session.models`: the models this server lets a message pick, its default first. A choice
+   * made earlier stays while the server still offers it; one model or none: no picker. */
+  models(models) {
+    const select = $("opt-model");
+    let chosen = select.value;
+    try { chosen ||= localStorage.getItem(MODEL_KEY); } catch {}
+    const list = Array.isArray(models) ? models : [];
+    select.replaceChildren(...list.map((m, i) => new Option(i === 0 ? `${m} (default)` : m, m)));
+    select.value = list.includes(chosen) ? chosen : list[0] || "";
+    select.hidden = list.length < 2;
   }
 
   grow() {
@@ -69,10 +93,7 @@ export class Composer {
     if (this.items.some((i) => i.failed)) { this.toast("Remove the files that failed to upload first.", true); return; }
     const attachments = ready.map((i) => ({ type: (i.mediaType || "").startsWith("image/") ? "image" : "document", uploadId: i.uploadId }));
     const previews = ready.map((i) => ({ kind: (i.mediaType || "").startsWith("image/") ? "image" : "document", preview: i.preview, filename: i.file.name }));
-    const settings = { webSearch: $("opt-search").checked, thinking: $("opt-thinking").checked };
-    // Unticked: the server's default (CHAT_AGENT_REVIEW). Ticked: reviewed, the user decides.
-    if ($("opt-review").checked) settings.review = { enabled: true, maxRevisions: 1, decision: "ask" };
-    if (!this.submit({ content, attachments, previews, settings })) return;
+    if (!this.submit({ content, attachments, previews, settings: this.settings() })) return;
     this.prompt.value = "";
     this.grow();
     this.items = [];

@@ -1,11 +1,14 @@
 // The canvas page: wires the socket's frames to the chat, the canvas and the side panels.
 import { auth, download, request, HttpError } from "./api.js";
 import { Approvals } from "./approvals.js";
+import { Branches } from "./branches.js";
 import { Canvas } from "./canvas.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
 import { Connection, savedPlace } from "./connection.js";
+import { UserEdits } from "./edits.js";
 import { Knowledge } from "./knowledge.js";
+import { latestPlan, PlanBar } from "./plan.js";
 import { Conversations, CustomActions, memoriesPanel } from "./panels.js";
 import { renderQuickActions } from "./quick.js";
 import { Reviews } from "./reviews.js";
@@ -63,20 +66,50 @@ function quickBar() {
   if (current) renderQuickActions($("quick-actions"), current.type, customActions, runQuickAction);
 }
 
+// ---- the chat's own controls: models, copy, regenerate, edit and resend, branches, edit lines --
+let pendingEdit = null;  // an edited message sent: shown once `history` has redrawn the path
+const branches = new Branches({
+  conversation: () => connection.conversationId, send, toast, running: () => running,
+  regenerate: (messageId) => {
+    if (send({ type: "regenerate", messageId, id: crypto.randomUUID(), settings: turnSettings() })) { planBar.set(null); setRunning(true); }
+  },
+  resend: (editOf, content, { attachments = [], previews = [] } = {}) =>
+    sendMessage({ content, editOf, settings: turnSettings(), ...(attachments.length ? { attachments } : {}) }, content, previews),
+});
+chat.actions = branches;
+const planBar = new PlanBar($("messages"));
+const userEdits = new UserEdits({ conversation: () => connection.conversationId, canvas, chat });
+
+/** `history` (PROTOCOL 1.2 trees): the active path changed; an edited message follows it. */
+function history(frame) {
+  let messages = frame.messages || [];
+  // The path ends before the edited message; a server that stores "before the first message"
+  // as "no leaf" sends the old path whole (its newest message): cut it there.
+  const cut = pendingEdit ? messages.findIndex((m) => m.id === pendingEdit.editOf) : -1;
+  if (cut >= 0) messages = messages.slice(0, cut);
+  chat.renderHistory(messages);
+  planBar.set(latestPlan(messages));
+  if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews, null, pendingEdit.attachments); pendingEdit = null; }
+  userEdits.sync();
+}
+
 function session(frame, resumed) {
   const banner = $("demo-banner");
   banner.hidden = !frame.notice;
   banner.textContent = frame.notice || "";
   setTitle(frame.title);
   tokens(frame.context.tokens, frame.context.maxTokens);
+  composer.models(frame.models);
   const search = (frame.tools || []).find((t) => t.name === "web_search");
   $("opt-search").disabled = !!search && !search.enabled;
   $("opt-search").parentElement.title = search && !search.enabled ? search.reason || "" : "";
   if (resumed) return;  // the page shows all of it already; the replay brings the rest
   chat.renderHistory(frame.messages || []);
+  planBar.set(frame.plan);
   approvals.restore(frame.pendingApprovals);
   reviews.restore(frame.pendingReviews);
   canvas.set(frame.artifact);
+  userEdits.sync();
   quickBar();
   setRunning(!!frame.running);
   conversations.mark(frame.title);
@@ -87,24 +120,26 @@ function handle(frame) {
     case "content_chunk": chat.text(frame.messageId, frame.content); setRunning(true); break;
     case "thinking_chunk": chat.thinking(frame.messageId, frame.content); setRunning(true); break;
     case "citation": chat.citation(frame.messageId, frame.citation); break;
-    case "tool_start": chat.toolStart(frame); setRunning(true); break;
+    case "tool_start": chat.toolStart(frame); planBar.toolStart(frame); setRunning(true); break;
     case "tool_progress": approvals.resolve(frame.toolId); chat.toolProgress(frame); break;  // answered (maybe elsewhere)
-    case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); break;
+    case "tool_end": approvals.resolve(frame.toolId); chat.toolEnd(frame); planBar.toolEnd(frame); break;
     case "approval_request": approvals.request(frame); break;
     case "review": chat.review(frame); break;
     case "review_request": reviews.request(frame); break;
     case "review_decision": reviews.decided(frame); break;
     case "artifact_chunk": canvas.chunk(frame); break;
-    case "artifact": canvas.set(frame.artifact); quickBar(); break;
-    case "artifact_edit": canvas.edit(frame).then(quickBar, (e) => toast(e.message, true)); break;
+    case "artifact": canvas.set(frame.artifact); quickBar(); if (!running) userEdits.sync(); break;
+    case "artifact_edit": canvas.edit(frame).then(() => { quickBar(); if (!running) userEdits.sync(); }, (e) => toast(e.message, true)); break;
+    case "history": history(frame); break;
     case "title": setTitle(frame.title); conversations.mark(frame.title); break;
     case "context_update": tokens(frame.tokens, frame.maxTokens); break;
-    case "context_cleared": chat.reset(); toast("Context cleared: the artifact and your memories stay."); break;
+    case "context_cleared": chat.reset(); planBar.set(null); toast("Context cleared: the artifact and your memories stay."); break;
     case "done":
       chat.finish(frame.messageId, frame.stopReason, frame.detail);
       setRunning(false);
       if (canvas.live) canvas.set(canvas.state);  // a write that never finished
       conversations.mark();
+      branches.refresh(chat.shown(), (node) => chat.textOf(node));
       break;
     case "error": error(frame); break;
     case "pong": break;
@@ -113,6 +148,7 @@ function handle(frame) {
 }
 
 function error(frame) {
+  pendingEdit = null;  // an edited message refused: no `history` will come for it
   if (frame.code === "unauthorized") { askToken(true); return; }
   if (["busy", "empty_message", "invalid_highlight", "no_artifact", "invalid_attachment", "too_large", "invalid_frame", "not_found"].includes(frame.code)) {
     toast(frame.message, true);
@@ -127,15 +163,23 @@ function sendMessage(message, visible, previews = []) {
   if (running) { toast("Wait for the reply, or stop it.", true); return false; }
   const frame = { type: "message", id: crypto.randomUUID(), ...message };
   if (!send(frame)) return false;
-  chat.addUser(visible, previews);
+  const sent = message.attachments || [];
+  if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf, attachments: sent };
+  else chat.addUser(visible, previews, null, sent);
+  planBar.set(null);  // a new turn: its plan, if it keeps one
   setRunning(true);
   return true;
 }
 
-new Composer({
+/** A turn's `message.settings`: the composer's, and the knowledge bases picked. */
+function turnSettings(settings = composer.settings()) {
+  return { ...settings, ...(knowledge.selected().length ? { knowledge: knowledge.selected() } : {}) };
+}
+
+const composer = new Composer({
   toast,
   submit: ({ content, attachments, previews, settings }) => {
-    const message = { content, settings: { ...settings, ...(knowledge.selected().length ? { knowledge: knowledge.selected() } : {}) } };
+    const message = { content, settings: turnSettings(settings) };
     if (attachments.length) message.attachments = attachments;
     return sendMessage(message, content, previews);
   },
@@ -197,6 +241,7 @@ $("sign-out").addEventListener("click", () => { auth.token = ""; location.reload
 function openConversation(id) {
   canvas.closeEditor();
   chat.reset();
+  planBar.set(null);
   approvals.clear();
   reviews.clear();
   canvas.set(null);
