@@ -158,8 +158,10 @@ class Registry:
         live = self._remember(record, HistorySize(), None)
         if conversation_id is None:
             live.unstored = create  # stored with its first message (PROTOCOL 1.2), see `store_now`
-        else:  # a client-named id (AG-UI's threadId) is claimed in the store at once
+        else:  # a client-named id (AG-UI's threadId) is claimed in the store at once, and
+            # stored before the caller's first command reads it there
             self.writer.submit([create])
+            await self.writer.wait_for(self.writer.ticket)
         return live
 
     async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:

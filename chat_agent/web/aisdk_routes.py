@@ -174,7 +174,6 @@ class _Follow:
             yield _text(UiStream(self.conversation_id, None).refused("No such conversation."))
             return
         try:
-            await hub.writer.flush()  # a chat created just now is in the store before anyone claims it
             ui = ui or UiStream(live.id, await hub.artifact(self.owner, live.id))
             if ui.artifact is None:
                 ui.artifact = await hub.artifact(self.owner, live.id)
