@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import jsonpatch
 import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
@@ -243,3 +244,158 @@ async def test_a_history_that_leaves_the_stored_path_starts_a_branch(server, fak
     assert [m["content"] for m in session["messages"]] == ["first question", "first answer",
                                                           "second question, edited", "edited answer"]
     assert session["messages"][2]["branch"] == {"index": 2, "count": 2}
+
+
+SEARCH = ToolUse("web_search", {"query": "tide tables"})
+
+
+def finished(events: list[dict]) -> dict:
+    assert types(events)[-1] == "RUN_FINISHED", events
+    return events[-1]
+
+
+async def test_approvals_are_interrupts_answered_by_resume(make_server, fake_anthropic):
+    """An approval request ends the run with AG-UI's interrupt outcome while the turn waits;
+    the next run's `resume` answers it (from any run, like `approve`) and streams the rest."""
+    server = make_server(CHAT_AGENT_REQUIRE_APPROVAL="web_search")
+    thread = "agui-approval-thread"
+    fake_anthropic.enqueue(Reply([SEARCH]), Reply("Found the tides."))
+    events = await ag_ui(server, run_body(thread, "When is high tide?"))
+    outcome = finished(events)["outcome"]
+    start = next(e for e in events if e["type"] == "TOOL_CALL_START")
+    assert outcome["type"] == "interrupt" and len(outcome["interrupts"]) == 1
+    interrupt = outcome["interrupts"][0]
+    assert interrupt["id"] == "approval:" + start["toolCallId"] and interrupt["toolCallId"] == start["toolCallId"]
+    assert interrupt["reason"] == "tool_approval" and interrupt["metadata"]["input"] == {"query": "tide tables"}
+    assert "approved" in interrupt["responseSchema"]["properties"]
+    # The turn goes on waiting (the run ending is no abort): the WebSocket sees the request open.
+    ws, session = await connect(server, thread)
+    assert session["running"] is True and [p["toolId"] for p in session["pendingApprovals"]] == [start["toolCallId"]]
+    assert fake_anthropic.pending == 1
+
+    # A run that starts anew while it waits is told the open interrupt again, and nothing runs.
+    again = await ag_ui(server, {**run_body(thread, "hello?"), "resume": []})
+    assert types(again)[-1] == "RUN_ERROR" and again[-1]["code"] == "busy"
+    history = [{"id": "u1", "role": "user", "content": "When is high tide?"},
+               {"id": start["parentMessageId"], "role": "assistant",
+                "toolCalls": [{"id": start["toolCallId"], "type": "function",
+                               "function": {"name": "web_search", "arguments": "{}"}}]}]
+    resume = {**run_body(thread, ""), "messages": history,
+              "resume": [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]}
+    events = await ag_ui(server, resume)
+    done = finished(events)
+    assert done.get("outcome") is None and done["result"]["stopReason"] == "end_turn"
+    result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
+    assert result["toolCallId"] == start["toolCallId"] and result["metadata"]["isError"] is False
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Found the tides."
+    text_id = next(e["messageId"] for e in events if e["type"] == "TEXT_MESSAGE_START")
+    assert text_id != start["parentMessageId"]  # a new assistant message, not the client's one again
+    assert (await until(ws, "done"))[-1]["stopReason"] == "end_turn"
+
+    # Cancelled declines, with the user's reason told to the model.
+    fake_anthropic.enqueue(Reply([SEARCH]), Reply("Alright, no search."))
+    events = await ag_ui(server, run_body(thread, "Search again"))
+    interrupt = finished(events)["outcome"]["interrupts"][0]
+    events = await ag_ui(server, {**resume, "resume": [{"interruptId": interrupt["id"], "status": "resolved",
+                                                        "payload": {"approved": False, "message": "not now"}}]})
+    result = next(e for e in events if e["type"] == "TOOL_CALL_RESULT")
+    assert result["metadata"]["isError"] is True and "not now" in result["content"]
+    assert "not now" in json.dumps(fake_anthropic.last_main.body["messages"][-1])
+    assert finished(events)["result"]["stopReason"] == "end_turn"
+
+    # Answers nothing waits for, and answers we cannot read.
+    events = await ag_ui(server, {**resume, "resume": [{"interruptId": interrupt["id"], "status": "resolved"}]})
+    assert types(events)[-1] == "RUN_ERROR" and events[-1]["code"] == "not_found"
+    async with httpx.AsyncClient(timeout=10) as client:
+        for entry in ({"interruptId": "what:1", "status": "resolved"},
+                      {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": "yes"}}):
+            bad = await client.post(server.http_url + "/api/ag-ui", json={**resume, "resume": [entry]})
+            assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+    await ws.close()
+
+
+async def test_a_review_decision_is_an_interrupt(server, fake_anthropic):
+    """PROTOCOL 1.2 "Review" with `decision: ask`: the question ends the run as an interrupt
+    carrying the reviewer's feedback; `resume` decides."""
+    from tests.fakes.anthropic_fake import Verdict
+    thread = "agui-review-thread"
+    draft = ToolUse("generate_artifact", {"title": "Tides", "type": "text", "content": "Tides rise and fall."})
+    fake_anthropic.verdicts(Verdict(False, 0.4, "No conclusion."))
+    fake_anthropic.enqueue(Reply([draft]), Reply("Drafted."))
+    settings = {"review": {"enabled": True, "maxRevisions": 1, "decision": "ask"}}
+    events = await ag_ui(server, run_body(thread, "Write a note on tides", forwardedProps={"settings": settings}))
+    interrupt = finished(events)["outcome"]["interrupts"][0]
+    assert interrupt["id"].startswith("review:") and interrupt["reason"] == "review_decision"
+    assert "No conclusion." in interrupt["message"]
+    events = await ag_ui(server, {**run_body(thread, ""), "messages": [],
+                                  "resume": [{"interruptId": interrupt["id"], "status": "resolved",
+                                              "payload": {"decision": "accept"}}]})
+    decided = next(e for e in events if e["type"] == "CUSTOM" and e["name"] == "review_decision")
+    assert decided["value"]["decision"] == "accept"
+    assert finished(events)["result"]["stopReason"] == "end_turn"
+    fake_anthropic.drop_queue()
+
+
+async def test_client_tools_context_and_a_canvas_edit(server, fake_anthropic):
+    """The client's `tools` are offered to the model and run by the client: the run ends at
+    the call, the next run's tool message answers it and the turn goes on. `context` reaches
+    the model; `state` with an edited artifact is the user's own edit."""
+    thread = "agui-client-tools"
+    chart = {"name": "show_chart", "description": "Shows a tide chart in the app",
+             "parameters": {"type": "object", "properties": {"station": {"type": "string"}}, "required": ["station"]}}
+    context = [{"description": "The page the user is on", "value": "Tide chart of Brest"}]
+    fake_anthropic.enqueue(Reply([ToolUse("show_chart", {"station": "Brest"})]), Reply("The chart shows high tide."))
+    body = run_body(thread, "Show me the chart", tools=[chart], context=context)
+    events = await ag_ui(server, body)
+    sent = fake_anthropic.last_main.body
+    offered = next(t for t in sent["tools"] if t["name"] == "show_chart")
+    assert offered["input_schema"] == chart["parameters"] and offered["description"] == chart["description"]
+    assert "Tide chart of Brest" in json.dumps(sent["system"])
+    start = next(e for e in events if e["type"] == "TOOL_CALL_START")
+    assert start["toolCallName"] == "show_chart" and "TOOL_CALL_RESULT" not in types(events)
+    done = finished(events)
+    assert done.get("outcome") is None and done["result"]["toolCallIds"] == [start["toolCallId"]]
+
+    history = [*body["messages"], {"id": start["parentMessageId"], "role": "assistant",
+                                   "toolCalls": [{"id": start["toolCallId"], "type": "function", "function": {
+                                       "name": "show_chart", "arguments": '{"station": "Brest"}'}}]},
+               {"id": "t1", "role": "tool", "toolCallId": start["toolCallId"], "content": "Chart shown: high at 6"}]
+    events = await ag_ui(server, {**body, "messages": history})
+    assert finished(events)["result"]["stopReason"] == "end_turn"
+    assert "TOOL_CALL_RESULT" not in types(events)  # the client has its own result already
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "The chart shows high tide."
+    results = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert results[-1]["tool_use_id"] == start["toolCallId"] and results[-1]["content"] == "Chart shown: high at 6"
+    again = await ag_ui(server, {**body, "messages": history})  # answered already
+    assert types(again)[-1] == "RUN_ERROR" and again[-1]["code"] == "not_found"
+
+    # A client tool named like one of the server's is refused.
+    clash = await ag_ui(server, run_body(thread, "hi", tools=[{**chart, "name": "web_search"}]))
+    assert types(clash)[-1] == "RUN_ERROR" and clash[-1]["code"] == "invalid_frame"
+
+    # The canvas: the client's state with the artifact edited is the user's edit, made first.
+    fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"type": "text", "title": "Note",
+                                                                "content": "High tide at six."})]), Reply("Done."))
+    events = await ag_ui(server, run_body(thread, "Write a note"))
+    state = finished(events) and events[1]["snapshot"]
+    for event in events:
+        if event["type"] == "STATE_DELTA":
+            state = jsonpatch.apply_patch(state, event["delta"])
+    edited = json.loads(json.dumps(state))
+    edited["artifact"]["current"]["content"] = "High tide at seven."
+    fake_anthropic.enqueue(Reply("Seven it is."))
+    events = await ag_ui(server, run_body(thread, "I fixed the time", state=edited))
+    finished(events)
+    artifact = events[1]["snapshot"]["artifact"]
+    after = next(op["value"] for e in events if e["type"] == "STATE_DELTA" for op in e["delta"]
+                 if op["path"] == "/artifact")
+    assert artifact["currentIndex"] == 1 and after["currentIndex"] == 2
+    assert after["current"]["content"] == "High tide at seven."
+    assert "High tide at seven." in json.dumps(fake_anthropic.last_main.body["messages"][-1])
+    ws, session = await connect(server, thread)
+    assert session["artifact"]["current"]["content"] == "High tide at seven."
+    await ws.close()
+    # A state made on an older version than the current one is refused, nothing is sent.
+    events = await ag_ui(server, run_body(thread, "again", state=edited))
+    assert types(events)[-1] == "RUN_ERROR" and events[-1]["code"] == "invalid_frame"
