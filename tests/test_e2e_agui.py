@@ -249,6 +249,14 @@ async def test_a_history_that_leaves_the_stored_path_starts_a_branch(server, fak
 SEARCH = ToolUse("web_search", {"query": "tide tables"})
 
 
+def final_state(events: list[dict]) -> dict:
+    state = events[1]["snapshot"]
+    for event in events:
+        if event["type"] == "STATE_DELTA":
+            state = jsonpatch.apply_patch(state, event["delta"])
+    return state
+
+
 def finished(events: list[dict]) -> dict:
     assert types(events)[-1] == "RUN_FINISHED", events
     return events[-1]
@@ -378,19 +386,14 @@ async def test_client_tools_context_and_a_canvas_edit(server, fake_anthropic):
     fake_anthropic.enqueue(Reply([ToolUse("generate_artifact", {"type": "text", "title": "Note",
                                                                 "content": "High tide at six."})]), Reply("Done."))
     events = await ag_ui(server, run_body(thread, "Write a note"))
-    state = finished(events) and events[1]["snapshot"]
-    for event in events:
-        if event["type"] == "STATE_DELTA":
-            state = jsonpatch.apply_patch(state, event["delta"])
-    edited = json.loads(json.dumps(state))
+    finished(events)
+    edited = json.loads(json.dumps(final_state(events)))
     edited["artifact"]["current"]["content"] = "High tide at seven."
     fake_anthropic.enqueue(Reply("Seven it is."))
     events = await ag_ui(server, run_body(thread, "I fixed the time", state=edited))
     finished(events)
-    artifact = events[1]["snapshot"]["artifact"]
-    after = next(op["value"] for e in events if e["type"] == "STATE_DELTA" for op in e["delta"]
-                 if op["path"] == "/artifact")
-    assert artifact["currentIndex"] == 1 and after["currentIndex"] == 2
+    after = final_state(events)["artifact"]
+    assert events[1]["snapshot"]["artifact"]["currentIndex"] == 1 and after["currentIndex"] == 2
     assert after["current"]["content"] == "High tide at seven."
     assert "High tide at seven." in json.dumps(fake_anthropic.last_main.body["messages"][-1])
     ws, session = await connect(server, thread)
