@@ -208,7 +208,7 @@ async def test_the_real_ag_ui_client_runs_the_agent(server, fake_anthropic, agui
     ws, session = await connect(server, "agui-js-thread")
     fake_anthropic.enqueue(Reply("slow " * 300, chunk_size=5, delay=0.02))
     outcome = await _node(agui_kit, server.http_url + "/api/ag-ui", "agui-js-thread", "go slowly",
-                          "TEXT_MESSAGE_CONTENT")
+                          json.dumps({"abortAfter": "TEXT_MESSAGE_CONTENT"}))
     assert "TEXT_MESSAGE_CONTENT" in outcome["events"] and "RUN_FINISHED" not in outcome["events"]
     frames = await until(ws, "done", timeout=10)
     assert frames[-1]["stopReason"] == "aborted"
@@ -402,3 +402,35 @@ async def test_client_tools_context_and_a_canvas_edit(server, fake_anthropic):
     # A state made on an older version than the current one is refused, nothing is sent.
     events = await ag_ui(server, run_body(thread, "again", state=edited))
     assert types(events)[-1] == "RUN_ERROR" and events[-1]["code"] == "invalid_frame"
+
+
+async def test_the_real_ag_ui_client_answers_interrupts_and_runs_its_tools(make_server, fake_anthropic, agui_kit):
+    """@ag-ui/client's HttpAgent: an approval arrives as an interrupt (its `pendingInterrupts`),
+    the client resumes with `buildResumeArray`; a tool of the client's is called, the client
+    runs it and runs again with the result; the model sees it, the client's history is whole."""
+    server = make_server(CHAT_AGENT_REQUIRE_APPROVAL="web_search")
+    url = server.http_url + "/api/ag-ui"
+    fake_anthropic.enqueue(Reply([SEARCH]), Reply("Found the tides."))
+    outcome = await _node(agui_kit, url, "agui-js-approval", "When is high tide?",
+                          json.dumps({"resume": {"tool_approval": {"approved": True}}}))
+    assert outcome["failure"] is None, outcome
+    first, second = outcome["runs"]
+    assert first["events"][-1] == "RUN_FINISHED" and first["interrupts"][0].startswith("approval:")
+    assert "TOOL_CALL_RESULT" in second["events"] and second["events"][-1] == "RUN_FINISHED"
+    assert outcome["messages"][-1]["content"] == "Found the tides."
+
+    chart = {"name": "show_chart", "description": "Shows a tide chart in the app",
+             "parameters": {"type": "object", "properties": {"station": {"type": "string"}}}}
+    fake_anthropic.enqueue(Reply([ToolUse("show_chart", {"station": "Brest"})]), Reply("The chart is up."))
+    outcome = await _node(agui_kit, url, "agui-js-tools", "Show the chart", json.dumps({
+        "tools": [chart], "context": [{"description": "Page", "value": "the tide chart page"}],
+        "toolResults": {"show_chart": "Chart shown"}}))
+    assert outcome["failure"] is None, outcome
+    first, second = outcome["runs"]
+    assert first["toolCalls"] == [{"name": "show_chart", "args": {"station": "Brest"}}]
+    assert second["events"][-1] == "RUN_FINISHED" and outcome["messages"][-1]["content"] == "The chart is up."
+    assert [m["role"] for m in outcome["messages"]] == ["user", "assistant", "tool", "assistant"]
+    assert "the tide chart page" in json.dumps(fake_anthropic.last_main.body["system"])
+    results = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    assert results[-1]["content"] == "Chart shown"
