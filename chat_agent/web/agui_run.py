@@ -12,8 +12,8 @@ second agent loop.
   WebSocket's ArtifactState): `STATE_SNAPSHOT` first, `STATE_DELTA` (JSON Patch) on change;
 - `CUSTOM` for what AG-UI has no event of its own for: `title`, `context`
   (`context_update`), `context_cleared`, `artifact_chunk` (the artifact as the model writes
-  it), `tool_progress`, `approval_request` (answered over the WebSocket), `status` (a silent
-  model, a retried call);
+  it), `tool_progress`, `approval_request` and the review frames (interrupts too: below),
+  `status` (a silent model, a retried call);
 - `done` ends the run: `RUN_FINISHED` (`result`: stop reason, usage, message id;
   `outcome: cancelled` when aborted) or `RUN_ERROR` for a turn that failed;
 - a turn that waits for the client ends the run (`pause`) while the turn goes on waiting:
