@@ -434,3 +434,41 @@ async def test_the_real_ag_ui_client_answers_interrupts_and_runs_its_tools(make_
     results = [b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]
     assert results[-1]["content"] == "Chart shown"
+
+
+async def test_a_step_with_approvals_and_a_client_call_ends_each_run_once_nothing_runs(make_server, fake_anthropic):
+    """Calls of one step that wait for different answers: two approvals and a call to the
+    client's tool. Each run ends when nothing of the turn runs any more, asking what is still
+    open; answering it all, run after run, finishes the turn with every result in place."""
+    server = make_server(CHAT_AGENT_REQUIRE_APPROVAL="web_search")
+    thread = "agui-mixed-thread"
+    chart = {"name": "show_chart", "description": "Shows a chart", "parameters": {"type": "object"}}
+    fake_anthropic.enqueue(Reply([SEARCH, ToolUse("web_search", {"query": "moon phases"}),
+                                  ToolUse("show_chart", {})]), Reply("All done."))
+    body = run_body(thread, "Search twice and chart it", tools=[chart])
+    events = await ag_ui(server, body)
+    starts = {e["toolCallName"] + str(i): e["toolCallId"] for i, e in enumerate(
+        e for e in events if e["type"] == "TOOL_CALL_START")}
+    chart_id = starts["show_chart2"]
+    history = [*body["messages"], {"id": "a1", "role": "assistant", "toolCalls": [
+        {"id": i, "type": "function", "function": {"name": n[:-1], "arguments": "{}"}} for n, i in starts.items()]}]
+    results, texts, answered_chart = set(), [], False
+    for _ in range(6):  # each run answers what the last one asked
+        done = finished(events)
+        results |= {e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_RESULT"}
+        texts += [e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT"]
+        if done["result"]["stopReason"] != "waiting":
+            break
+        asked = (done.get("outcome") or {}).get("interrupts", [])
+        assert all(i["reason"] == "tool_approval" for i in asked)
+        nxt = {**body, "messages": history, "resume": [{"interruptId": i["id"], "status": "resolved"} for i in asked]}
+        if not asked:
+            assert done["result"]["toolCallIds"] == [chart_id]
+            nxt["messages"] = [*history, {"id": "t1", "role": "tool", "toolCallId": chart_id, "content": "charted"}]
+            answered_chart = True
+        events = await ag_ui(server, nxt)
+    assert done["result"]["stopReason"] == "end_turn" and "".join(texts) == "All done." and answered_chart
+    assert results == {starts["web_search0"], starts["web_search1"]}  # the chart's result is the client's
+    sent = {b["tool_use_id"]: b for m in fake_anthropic.last_main.body["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_result"}
+    assert sent[chart_id]["content"] == "charted" and not any(b.get("is_error") for b in sent.values())

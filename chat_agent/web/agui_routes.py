@@ -27,6 +27,7 @@ from starlette.routing import Route
 from chat_agent.protocol import (AbortIn, ApproveIn, MessageIn, ReviewDecisionIn, SessionFrame, SwitchBranchIn,
                                  ToolResultIn, server_frames)
 from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.web.agui_answers import Answer, answers, canvas_edit
@@ -157,12 +158,7 @@ class _Run:
         try:
             session = await hub.snapshot(live)
             if session is not None:
-                waiting = [*map(approval_interrupt, session.pending_approvals),
-                           *map(review_interrupt, session.pending_reviews)]
-                run = AgUiRun(self.input.thread_id, self.input.run_id, session.title, session.artifact, live.id,
-                              client_tools=frozenset(tool.name for tool in self.input.tools or []),
-                              waiting=waiting, known={m.id for m in self.input.messages if m.role == "assistant"},
-                              answered={r.tool_id for r in self.replies if isinstance(r, ToolResultIn)})
+                run = self._run(session, live.id)
             for event in run.start(self.input):
                 yield encoder.encode(event)
             async for event in self._events(live, run, session):
@@ -172,6 +168,19 @@ class _Run:
                 # The client went away mid-run: its turn stops, like a WebSocket `abort`.
                 hub.spawn(_abort(hub, live), f"ag-ui-abort:{live.id}")
             hub.detach(live, self.frames)
+
+    def _run(self, session: SessionFrame, conversation_id: str) -> AgUiRun:
+        """The run's translation, knowing what the turn waits for: its open interrupts, and its
+        open calls (a call to the client's tool waits for its result unless this run has it)."""
+        client = frozenset(tool.name for tool in self.input.tools or [])
+        answered = {reply.tool_id for reply in self.replies if isinstance(reply, ToolResultIn)}
+        reply = session.messages[-1] if session.running and session.messages else None
+        calls = {part.tool_id: part.name in client and part.tool_id not in answered
+                 for part in (open_tools(reply) if reply is not None and reply.role == "assistant" else [])}
+        waiting = [*map(approval_interrupt, session.pending_approvals), *map(review_interrupt, session.pending_reviews)]
+        return AgUiRun(self.input.thread_id, self.input.run_id, session.title, session.artifact, conversation_id,
+                       client_tools=client, waiting=waiting, open_calls=calls, answered=answered,
+                       known={message.id for message in self.input.messages if message.role == "assistant"})
 
     async def _events(self, live: LiveConversation, run: AgUiRun,
                       session: SessionFrame | None) -> AsyncIterator[BaseEvent]:

@@ -68,8 +68,8 @@ class AgUiRun:
 
     def __init__(self, thread_id: str, run_id: str, title: str | None, artifact: ArtifactState | None,
                  conversation_id: str | None = None, client_tools: frozenset[str] = frozenset(),
-                 waiting: list[Interrupt] | None = None, known: set[str] | None = None,
-                 answered: set[str] | None = None):
+                 waiting: list[Interrupt] | None = None, open_calls: dict[str, bool] | None = None,
+                 known: set[str] | None = None, answered: set[str] | None = None):
         self.thread_id = thread_id
         self.run_id = run_id
         self.state: dict[str, Any] = {"conversationId": conversation_id or thread_id, "title": title,
@@ -87,7 +87,7 @@ class AgUiRun:
         # What the turn waits for from the client: open interrupts by id, and the open calls
         # with whether each is a client's call waiting for its result.
         self.interrupts: dict[str, Interrupt] = {i.id: i for i in waiting or []}
-        self._calls: dict[str, bool] = {}
+        self._calls: dict[str, bool] = dict(open_calls or {})
         self._feedback: dict[str, str] = {}  # review id -> the failed review's feedback
         self._known = known or set()  # the client's assistant messages: a run that goes on adds new ones
         self._answered_calls = answered or set()  # calls whose results the client sent: it has them
@@ -165,9 +165,11 @@ class AgUiRun:
 
     def pause(self) -> list[BaseEvent]:
         """Ends the run when the turn waits for the client (nothing else of it can come before
-        the client answers): with the open interrupts, else once every call of the step is
-        the client's own, waiting for its result. Empty when the turn goes on by itself."""
-        if self.finished or not (self.interrupts or (self._calls and all(self._calls.values()))):
+        the client answers): once no call runs (each one waits for an approval or for the
+        client's result), with the open interrupts if any. Empty while the turn goes on."""
+        running = [tool_id for tool_id, waits in self._calls.items() if not waits and APPROVAL + tool_id
+                   not in self.interrupts]
+        if self.finished or running or not (self.interrupts or self._calls):
             return []
         self.finished = True
         outcome = RunFinishedInterruptOutcome(interrupts=list(self.interrupts.values())) if self.interrupts else None
