@@ -281,7 +281,7 @@ async def test_approvals_are_interrupts_answered_by_resume(make_server, fake_ant
     assert session["running"] is True and [p["toolId"] for p in session["pendingApprovals"]] == [start["toolCallId"]]
     assert fake_anthropic.pending == 1
 
-    # A run that starts anew while it waits is told the open interrupt again, and nothing runs.
+    # A new message while the turn waits is busy, as over the WebSocket.
     again = await ag_ui(server, {**run_body(thread, "hello?"), "resume": []})
     assert types(again)[-1] == "RUN_ERROR" and again[-1]["code"] == "busy"
     history = [{"id": "u1", "role": "user", "content": "When is high tide?"},
@@ -319,6 +319,10 @@ async def test_approvals_are_interrupts_answered_by_resume(make_server, fake_ant
                       {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": "yes"}}):
             bad = await client.post(server.http_url + "/api/ag-ui", json={**resume, "resume": [entry]})
             assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
+        # A new message goes in a run of its own, not with the answers (the turn goes on after them).
+        bad = await client.post(server.http_url + "/api/ag-ui", json={**run_body(thread, "new"), "resume": [
+            {"interruptId": interrupt["id"], "status": "cancelled"}]})
+        assert bad.status_code == 400 and "no new user message" in bad.json()["error"]["message"]
     await ws.close()
 
 

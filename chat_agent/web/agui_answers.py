@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Union
 
-from ag_ui.core import ResumeEntry, RunAgentInput, TextPart, ToolMessage
+from ag_ui.core import ResumeEntry, RunAgentInput, TextPart, ToolMessage, UserMessage
 
 from chat_agent.protocol import ApproveIn, ArtifactState, EditArtifactIn, ReviewDecisionIn, ToolResultIn
 from chat_agent.web.agui_run import APPROVAL, REVIEW
@@ -26,6 +26,9 @@ Answer = Union[ApproveIn, ReviewDecisionIn, ToolResultIn]
 def answers(run_input: RunAgentInput) -> list[Answer]:
     """The frames that answer what the turn waits for; ValueError for an answer we cannot read."""
     frames: list[Answer] = [_resumed(entry) for entry in run_input.resume or []]
+    if frames and run_input.messages and isinstance(run_input.messages[-1], UserMessage):
+        # The turn goes on once answered: a new message now would only be refused as busy.
+        raise ValueError("a run that resumes interrupts carries no new user message; send it once the turn ended")
     return frames + [_result(message) for message in _trailing_results(run_input)]
 
 
