@@ -8,10 +8,10 @@ conversation that owns the turn hands it the client's results. Abort is plain ca
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from chat_agent.agent.pending import Pending
 from chat_agent.tooling import ToolResult
 
 WAITING = "Waiting for the client"  # the progress status a call reports while the client runs it
@@ -21,27 +21,16 @@ WAITING = "Waiting for the client"  # the progress status a call reports while t
 class ClientCalls:
     schemas: list[dict[str, Any]] = field(default_factory=list)  # the tools as the model is offered them
     timeout: float = 600.0
-    _waiting: dict[str, asyncio.Future[ToolResult]] = field(default_factory=dict)
+    _waiting: Pending[ToolResult] = field(default_factory=Pending)
 
     def runs(self, tool_name: str) -> bool:
         return any(schema["name"] == tool_name for schema in self.schemas)
 
     async def wait(self, tool_id: str) -> ToolResult:
         """The client's result for this call; an error result once `timeout` seconds passed."""
-        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
-        self._waiting[tool_id] = future
-        try:
-            return await asyncio.wait_for(future, self.timeout)
-        except TimeoutError:
-            text = f"Not run: the client did not send this call's result within {self.timeout:g} seconds."
-            return ToolResult(content=text, output=text, is_error=True)
-        finally:
-            self._waiting.pop(tool_id, None)
+        text = f"Not run: the client did not send this call's result within {self.timeout:g} seconds."
+        return await self._waiting.wait(tool_id, self.timeout, ToolResult(content=text, output=text, is_error=True))
 
     def answer(self, tool_id: str, content: str, is_error: bool = False) -> bool:
         """Settles a waiting call; False when no call of this turn waits under that id."""
-        future = self._waiting.pop(tool_id, None)
-        if future is None or future.done():
-            return False
-        future.set_result(ToolResult(content=content, output=content, is_error=is_error))
-        return True
+        return self._waiting.settle(tool_id, ToolResult(content=content, output=content, is_error=is_error))
