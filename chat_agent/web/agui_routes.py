@@ -179,7 +179,7 @@ class _Run:
                  for part in (open_tools(reply) if reply is not None and reply.role == "assistant" else [])}
         waiting = [*map(approval_interrupt, session.pending_approvals), *map(review_interrupt, session.pending_reviews)]
         return AgUiRun(self.input.thread_id, self.input.run_id, session.title, session.artifact, conversation_id,
-                       client_tools=client, waiting=waiting, open_calls=calls, answered=answered,
+                       waiting=waiting, open_calls=calls, answered=answered,
                        known={message.id for message in self.input.messages if message.role == "assistant"})
 
     async def _events(self, live: LiveConversation, run: AgUiRun,

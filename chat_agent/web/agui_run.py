@@ -30,15 +30,17 @@ from typing import Any
 import jsonpatch
 from ag_ui.core import (BaseEvent, CustomEvent, Interrupt, ReasoningEndEvent, ReasoningMessageContentEvent,
                         ReasoningMessageEndEvent, ReasoningMessageStartEvent, ReasoningStartEvent, RunErrorEvent,
-                        RunFinishedCancelledOutcome, RunFinishedEvent, RunFinishedInterruptOutcome, RunStartedEvent, StateDeltaEvent,
-                        StateSnapshotEvent, TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent,
-                        TokenUsage, ToolCallArgsEvent, ToolCallEndEvent, ToolCallResultEvent, ToolCallStartEvent)
+                        RunFinishedCancelledOutcome, RunFinishedEvent, RunFinishedInterruptOutcome, RunStartedEvent,
+                        StateDeltaEvent, StateSnapshotEvent, TextMessageContentEvent, TextMessageEndEvent,
+                        TextMessageStartEvent, TokenUsage, ToolCallArgsEvent, ToolCallEndEvent, ToolCallResultEvent,
+                        ToolCallStartEvent)
 
 from chat_agent import edits
-from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
-                                 CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame,
-                                 ReviewDecided, ReviewFrame, ReviewInfo, ReviewRequest, ServerFrame, StatusFrame, ThinkingChunk,
-                                 TitleFrame, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.agent.client_calls import WAITING as CLIENT_WAITING
+from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame,
+                                 ArtifactState, CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done,
+                                 ErrorFrame, ReviewDecided, ReviewFrame, ReviewInfo, ReviewRequest, ServerFrame,
+                                 StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
 
 
 APPROVAL = "approval:"  # interrupt ids: what the interrupt asks, then the approval's tool id
@@ -48,7 +50,6 @@ APPROVAL_ANSWER = {"type": "object", "properties": {"approved": {"type": "boolea
                    "required": ["approved"]}
 REVIEW_ANSWER = {"type": "object", "properties": {"decision": {"enum": ["revise", "accept"]},
                                                   "message": {"type": "string"}}, "required": ["decision"]}
-CLIENT_WAITING = "Waiting for the client"  # the tool_progress status of a call the client runs
 
 
 def approval_interrupt(info: ApprovalInfo | ApprovalRequest) -> Interrupt:
@@ -67,9 +68,9 @@ class AgUiRun:
     """Feeds on frames in seq order, hands back the AG-UI events each one makes."""
 
     def __init__(self, thread_id: str, run_id: str, title: str | None, artifact: ArtifactState | None,
-                 conversation_id: str | None = None, client_tools: frozenset[str] = frozenset(),
-                 waiting: list[Interrupt] | None = None, open_calls: dict[str, bool] | None = None,
-                 known: set[str] | None = None, answered: set[str] | None = None):
+                 conversation_id: str | None = None, waiting: list[Interrupt] | None = None,
+                 open_calls: dict[str, bool] | None = None, known: set[str] | None = None,
+                 answered: set[str] | None = None):
         self.thread_id = thread_id
         self.run_id = run_id
         self.state: dict[str, Any] = {"conversationId": conversation_id or thread_id, "title": title,
@@ -83,7 +84,6 @@ class AgUiRun:
         self._messages = 0  # assistant messages of this reply so far
         self._answered = False  # results came after the current message's calls
         self._error: ErrorFrame | None = None  # the turn's last error, told with RUN_ERROR
-        self.client_tools = client_tools  # the names of the tools the client runs itself
         # What the turn waits for from the client: open interrupts by id, and the open calls
         # with whether each is a client's call waiting for its result.
         self.interrupts: dict[str, Interrupt] = {i.id: i for i in waiting or []}
