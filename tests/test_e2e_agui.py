@@ -204,6 +204,17 @@ async def test_the_real_ag_ui_client_runs_the_agent(server, fake_anthropic, agui
     assert calls and calls[0]["function"]["name"] == "generate_artifact"
     assert outcome["state"]["artifact"]["current"]["content"] == artifact["content"]
 
+    # The client's state with the artifact edited (the canvas) is the user's own edit.
+    edited = json.loads(json.dumps(outcome["state"]))
+    edited["artifact"]["current"]["content"] = "print('hello')\n"
+    fake_anthropic.enqueue(Reply("Nice edit."))
+    outcome = await _node(agui_kit, server.http_url + "/api/ag-ui", "agui-js-thread", "I edited it",
+                          json.dumps({"state": edited}))
+    assert outcome["failure"] is None, outcome
+    assert outcome["state"]["artifact"]["currentIndex"] == 2
+    assert outcome["state"]["artifact"]["current"]["content"] == "print('hello')\n"
+    assert "print('hello')" in json.dumps(fake_anthropic.last_main.body["messages"][-1])
+
     # The client aborting its run (it closes the request) stops the turn on the server.
     ws, session = await connect(server, "agui-js-thread")
     fake_anthropic.enqueue(Reply("slow " * 300, chunk_size=5, delay=0.02))
