@@ -273,7 +273,9 @@ class Settings(BaseSettings):
     require_approval: Annotated[frozenset[str], BeforeValidator(_comma_list)] = setting(
         frozenset(), "comma-separated tool names (`*`: all) that wait for the user's `approve` before they run",
         shown="none")
-    approval_timeout: Seconds = setting(600.0, "seconds an approval request waits before it is declined as timed out")
+    approval_timeout: Seconds = setting(600.0, "seconds an approval request waits before it is declined as timed out "
+                                              "(a review decision before it is accepted, a call to a client's own "
+                                              "tool before the model is told no result came)")
     review: Annotated[Literal["off", "auto", "ask"], BeforeValidator(_review_mode)] = setting(
         "off", "`auto` or `ask`: after a turn that changed the artifact or made an image, a reviewer model judges "
         "the result and a failed review is revised (`auto`) or the user is asked (`ask`); a message's "

@@ -606,6 +606,22 @@ class ReviewSettings(ClientModel):
     decision: Literal["auto", "ask"] = "auto"
 
 
+class ClientTool(ClientModel):
+    """Ours (AG-UI's `tools`): a tool the client runs itself. The model is offered it with its
+    JSON Schema; a call waits for the client's `tool_result`."""
+
+    name: Annotated[StrictStr, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: Annotated[StrictStr, Field(max_length=10_000)] = ""
+    parameters: dict[str, Any] | None = None  # JSON Schema of the input; none: no input
+
+
+class ContextItem(ClientModel):
+    """Ours (AG-UI's `context`): something the client tells the model for this turn."""
+
+    description: Annotated[StrictStr, Field(max_length=1_000)]
+    value: Annotated[StrictStr, Field(max_length=100_000)]
+
+
 class MessageSettings(ClientModel):
     enable_deep_research: StrictBool = False
     web_search: StrictBool = True
@@ -617,6 +633,9 @@ class MessageSettings(ClientModel):
     review: ReviewSettings | None = None
     # Knowledge collections the agent may search in this turn (`search_knowledge`).
     knowledge: list[StrictStr] = Field(default_factory=list, max_length=64)
+    # Ours: tools the client runs (answered with `tool_result`), and what it tells the model.
+    client_tools: list[ClientTool] = Field(default_factory=list, max_length=64)
+    context: list[ContextItem] = Field(default_factory=list, max_length=64)
 
 
 class Highlight(ClientModel):
@@ -705,6 +724,15 @@ class ReviewDecisionIn(ClientModel):
     message: StrictStr | None = Field(default=None, max_length=10_000)
 
 
+class ToolResultIn(ClientModel):
+    """Ours: the result of a call to one of the client's tools (`settings.clientTools`)."""
+
+    type: Literal["tool_result"]
+    tool_id: StrictStr
+    content: Annotated[StrictStr, Field(max_length=1_000_000)]
+    is_error: StrictBool = False
+
+
 class ResumeIn(ClientModel):
     type: Literal["resume"]
     after_seq: Count
@@ -716,11 +744,12 @@ class PingIn(ClientModel):
 
 AnyClientFrame = Annotated[
     Union[MessageIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, SelectArtifactVersionIn, EditArtifactIn, ResumeIn,
-          PingIn, RegenerateIn, SwitchBranchIn, RenameIn],
+          PingIn, RegenerateIn, SwitchBranchIn, RenameIn, ToolResultIn],
     Field(discriminator="type"),
 ]
 CLIENT_TYPES = frozenset({"message", "abort", "approve", "review_decision", "clear_context", "select_artifact_version",
-                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch", "rename"})
+                          "edit_artifact", "resume", "ping", "regenerate", "switch_branch", "rename",
+                          "tool_result"})
 
 server_frames: TypeAdapter[AnyServerFrame] = TypeAdapter(AnyServerFrame)
 client_frames: TypeAdapter[AnyClientFrame] = TypeAdapter(AnyClientFrame)

@@ -166,5 +166,18 @@ async def test_approve_on_another_instance_reaches_the_owner(instances, fake_ant
     assert [e["type"] for e in events][-1] == "RUN_FINISHED"
     assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Answered through B."
     assert (await until(ws_a, "done"))[-1]["stopReason"] == "end_turn"  # the same turn, live on A
+
+    # AG-UI: the run on B ends with the approval as an interrupt; its `resume`, posted on B,
+    # reaches the turn A runs.
+    fake_anthropic.enqueue(Reply([SEARCH]), Reply("Resumed through B."))
+    events = await ag_ui(b, {"threadId": cid, "runId": "run-b2", "messages": [{"id": "u2", "role": "user",
+                                                                           "content": "search over AG-UI"}]})
+    interrupt = events[-1]["outcome"]["interrupts"][0]
+    events = await ag_ui(b, {"threadId": cid, "runId": "run-b3", "messages": [], "resume": [
+        {"interruptId": interrupt["id"], "status": "resolved", "payload": {"approved": True}}]})
+    assert [e["type"] for e in events][-1] == "RUN_FINISHED" and "outcome" not in events[-1]
+    assert "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT") == "Resumed through B."
+    frames = await until(ws_a, "done", timeout=20)
+    assert not of(frames, "tool_end")[0]["isError"] and frames[-1]["stopReason"] == "end_turn"
     for sock in (ws_a, ws_b):
         await sock.close()

@@ -5,6 +5,7 @@ history the model would be sent next, never on the loop's internals."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 from contextlib import aclosing
 from typing import Any, Callable
@@ -12,7 +13,10 @@ from typing import Any, Callable
 import pytest
 from langchain_core.tools import tool
 
-from chat_agent.agent.events import ContextChanged, Event, ToolEnded, ToolStarted, TurnFailed, TurnFinished
+from chat_agent.agent.client_calls import WAITING as CLIENT_WAITING
+from chat_agent.agent.client_calls import ClientCalls
+from chat_agent.agent.events import (ContextChanged, Event, ToolEnded, ToolProgressed, ToolStarted, TurnFailed,
+                                     TurnFinished)
 from chat_agent.agent.loop import CANCELLED_RESULT, FAILED_NOTE, STOPPED_NOTE, Agent, Turn, run_turn
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
@@ -372,3 +376,47 @@ async def test_a_refusal_keeps_what_its_message_was_merged_into(conv):
     await drive(agent, conv, ask(agent, conv, "Then this"))
     assert_requests_valid(agent.model)
     assert_valid(conv.messages)
+
+
+CHART = {"name": "show_chart", "description": "Shows a chart in the app.",
+         "input_schema": {"type": "object", "properties": {"station": {"type": "string"}}}}
+
+
+async def test_a_client_tool_waits_for_the_clients_result(conv):
+    """A tool the client runs is offered with the server's; its call reports that it waits,
+    the server's call in the same reply runs meanwhile, and the client's result is what the
+    model reads next."""
+    script = [tool_reply(call("t1", "show_chart", station="Brest"), call("t2", "echo", text="hi")),
+              text_reply("Shown.")]
+    agent = make_agent(script, echo)
+    clients = ClientCalls([CHART], timeout=5)
+    turn = ask(agent, conv, "Chart please", client_calls=clients)
+    turn = dataclasses.replace(turn, tools=[*turn.tools, CHART])
+    seen: list[Event] = []
+
+    async def consume() -> None:
+        async with aclosing(run_turn(agent, conv, turn)) as events:
+            async for event in events:
+                seen.append(event)
+                if isinstance(event, ToolProgressed) and event.status == CLIENT_WAITING:
+                    assert not clients.answer("t9", "nobody asked")
+                    assert clients.answer("t1", "Chart shown")
+
+    await asyncio.wait_for(consume(), 5)
+    assert [t["name"] for t in agent.model.requests[0].tools] == ["echo", "show_chart"]
+    assert sorted((e.tool_id, e.output, e.is_error) for e in of(ToolEnded, seen)) == [
+        ("t1", "Chart shown", False), ("t2", "echo:hi", False)]
+    assert {b["tool_use_id"]: b["content"] for b in conv.messages[2]["content"]} == {"t1": "Chart shown",
+                                                                                      "t2": "echo:hi"}
+    assert not clients.answer("t1", "again")  # answered once
+    assert seen[-1].stop_reason == "end_turn"
+    assert_valid(conv.messages)
+
+
+async def test_a_client_tool_not_answered_in_time_is_an_error(conv):
+    agent = make_agent([tool_reply(call("t1", "show_chart", station="Brest")), text_reply("No chart.")])
+    turn = ask(agent, conv, "Chart please", client_calls=ClientCalls([CHART], timeout=0.05))
+    events = await asyncio.wait_for(drive(agent, conv, turn), 5)
+    [ended] = of(ToolEnded, events)
+    assert ended.is_error and "did not send this call's result" in ended.output
+    assert conv.messages[2]["content"][0]["is_error"] is True and events[-1].stop_reason == "end_turn"

@@ -8,8 +8,9 @@ like every other part of a turn: nothing here needs to know about it.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
+
+from chat_agent.agent.pending import Pending
 
 EVERY_TOOL = "*"
 
@@ -33,27 +34,16 @@ class Decision:
 class ApprovalGate:
     required: frozenset[str] = frozenset()  # tool names, or "*" for every tool
     timeout: float = 600.0
-    _waiting: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
+    _waiting: Pending[Decision] = field(default_factory=Pending)
 
     def needs(self, tool_name: str) -> bool:
         return EVERY_TOOL in self.required or tool_name in self.required
 
     async def wait(self, tool_id: str) -> Decision:
         """The user's answer about this call; declined as timed out after `timeout` seconds."""
-        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
-        self._waiting[tool_id] = future
-        try:
-            return await asyncio.wait_for(future, self.timeout)
-        except TimeoutError:
-            return Decision(False, timed_out=True)
-        finally:
-            self._waiting.pop(tool_id, None)
+        return await self._waiting.wait(tool_id, self.timeout, Decision(False, timed_out=True))
 
     def answer(self, tool_id: str, approved: bool, message: str | None = None) -> bool:
         """Settles a waiting call; False when no call of this turn waits under that id (unknown,
         already answered, or timed out)."""
-        future = self._waiting.pop(tool_id, None)
-        if future is None or future.done():
-            return False
-        future.set_result(Decision(approved, message))
-        return True
+        return self._waiting.settle(tool_id, Decision(approved, message))

@@ -16,6 +16,8 @@ from typing import Any, AsyncIterator, Callable
 from chat_agent.config import Settings
 from chat_agent.context.conversation import ConversationManager
 from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.client_calls import WAITING as CLIENT_WAITING
+from chat_agent.agent.client_calls import ClientCalls
 from chat_agent.agent.review import ReviewPolicy
 from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, Cited, ContextChanged, Event,
                                      ToolEnded, ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
@@ -79,6 +81,7 @@ class Turn:
     window: int | None = None  # history messages before this turn the model sees (None: all)
     services: ToolServices = field(default_factory=ToolServices)  # what tools get in their context
     approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
+    client_calls: ClientCalls = field(default_factory=ClientCalls)  # tools the client runs (their schemas in `tools`)
     review: ReviewPolicy | None = None  # how what the turn makes is reviewed (`critic`); None: it is not
 
 
@@ -264,9 +267,14 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
             if call["id"] in invalid:
                 result = _invalid_result(invalid[call["id"]])
             else:
-                result = await _consent(turn, call, events.put_nowait, started) or await agent.registry.run(
-                    call["id"], call["name"], call["input"], owner=turn.owner, conversation_id=turn.conversation_id,
-                    on_progress=on_progress, services=turn.services)
+                result = await _consent(turn, call, events.put_nowait, started)
+                if result is None and turn.client_calls.runs(call["name"]):
+                    on_progress(call["id"], asyncio.get_running_loop().time() - started, CLIENT_WAITING)
+                    result = await turn.client_calls.wait(call["id"])
+                elif result is None:
+                    result = await agent.registry.run(
+                        call["id"], call["name"], call["input"], owner=turn.owner,
+                        conversation_id=turn.conversation_id, on_progress=on_progress, services=turn.services)
         except Exception:  # the registry reports tool failures itself; this is a bug in it
             log.exception("tool registry failed on %s", call["name"])
             result = ToolResult(content="Internal error while running this tool.", output=None, is_error=True)

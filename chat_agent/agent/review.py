@@ -12,12 +12,12 @@ or the turn is cancelled (abort).
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from chat_agent.agent.pending import Pending
 from chat_agent.model import LLMError, ModelClient, ModelRequest
 from chat_agent.protocol import ReviewDecision, Usage
 from chat_agent.store import ArtifactVersionRecord, MemoriesRecord
@@ -146,25 +146,14 @@ class ReviewGate:
     seconds pass without one. One per turn."""
 
     timeout: float = 600.0
-    _waiting: dict[str, asyncio.Future[Answer]] = field(default_factory=dict)
+    _waiting: Pending[Answer] = field(default_factory=Pending)
 
     async def wait(self, review_id: str) -> Answer:
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._waiting[review_id] = future
-        try:
-            return await asyncio.wait_for(future, self.timeout)
-        except TimeoutError:
-            return Answer("accept", reason="timed_out")
-        finally:
-            self._waiting.pop(review_id, None)
+        return await self._waiting.wait(review_id, self.timeout, Answer("accept", reason="timed_out"))
 
     def answer(self, review_id: str, decision: ReviewDecision, message: str | None = None) -> bool:
         """Settles a waiting review; False when none of this turn waits under that id."""
-        future = self._waiting.pop(review_id, None)
-        if future is None or future.done():
-            return False
-        future.set_result(Answer(decision, message))
-        return True
+        return self._waiting.settle(review_id, Answer(decision, message))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContextIn, EditArtifactIn, ErrorFrame,
                                  MessageIn, RegenerateIn, RenameIn, ReviewDecisionIn, SelectArtifactVersionIn,
+                                 ToolResultIn,
                                  SwitchBranchIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.branches import Branches
@@ -212,6 +213,11 @@ class Commands:
                     if not live.decide_review(review_id, decision, message):
                         raise FrameRejected("not_found", f"No review waits for a decision under {review_id!r} "
                                                          "(it was decided already, timed out, or never asked).",
+                                            only_sender=True)
+                case ToolResultIn(tool_id=tool_id, content=content, is_error=is_error):
+                    if not live.answer_call(tool_id, content, is_error):
+                        raise FrameRejected("not_found", f"No call to a client's tool waits for its result under "
+                                                         f"{tool_id!r} (answered already, timed out, or never made).",
                                             only_sender=True)
                 case ClearContextIn():
                     await live.abort()

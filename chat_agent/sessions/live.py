@@ -290,6 +290,11 @@ class LiveConversation:
         waits under that id (unknown, answered already, timed out)."""
         return self.turn is not None and self.turn.approve(tool_id, approved, message)
 
+    def answer_call(self, tool_id: str, content: str, is_error: bool) -> bool:
+        """The result of a call to one of the client's tools, which the running turn waits for;
+        False when no call waits under that id."""
+        return self.turn is not None and self.turn.answer_call(tool_id, content, is_error)
+
     async def abort(self) -> None:
         """Stops the running turn (or its preparation) and returns once `done` is published."""
         if self.turn is not None:

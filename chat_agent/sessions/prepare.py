@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from chat_agent import clock
 from chat_agent.agent.approval import ApprovalGate
+from chat_agent.agent.client_calls import ClientCalls
 from chat_agent.agent.review import ReviewGate, ReviewPolicy
 from chat_agent.agent.loop import Agent, Turn
 from chat_agent.canvas.artifact import Canvas
@@ -30,7 +31,8 @@ from chat_agent.files.catalog import Files
 from chat_agent.ids import new_id
 from chat_agent.knowledge import Knowledge, KnowledgeError
 from chat_agent.knowledge.scope import KnowledgeScope
-from chat_agent.protocol import Highlight, MessageIn, MessageSettings, QuickAction, ReviewSettings, VisibleMessage
+from chat_agent.protocol import (ClientTool, ContextItem, Highlight, MessageIn, MessageSettings, QuickAction,
+                                 ReviewSettings, VisibleMessage)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.turn import Prepared
@@ -68,6 +70,8 @@ class TurnSpec(BaseModel):
     user_item: str | None = None  # the history item of the turn's message (see `live.open_turn`)
     knowledge: list[str] = []  # the collections `search_knowledge` searches
     review: ReviewSpec | None = None  # 1.2 "Review": how what the turn makes is reviewed; None: it is not
+    client_tools: list[ClientTool] = []  # tools the client runs itself (AG-UI `tools`)
+    context: list[ContextItem] = []  # what the client tells the model (AG-UI `context`)
 
 
 @dataclass(slots=True)
@@ -81,6 +85,18 @@ class Plan:
     window: int | None = None
     prefix: bool = True
     reflections: bool = True
+
+
+def _client_schema(tool: ClientTool) -> dict[str, Any]:
+    schema = {"type": "object", "properties": {}, **(tool.parameters or {})}  # the API takes object schemas only
+    return {"name": tool.name, "description": tool.description or tool.name, "input_schema": schema}
+
+
+def _context_text(items: list[ContextItem]) -> str:
+    """The client's context for the turn, after the cached prompt (it may change every turn)."""
+    parts = [f"<context description={json.dumps(item.description, ensure_ascii=False)}>\n{item.value}\n</context>"
+             for item in items]
+    return "The user's application gives this context for the conversation:\n\n" + "\n\n".join(parts)
 
 
 def _check_highlight(canvas: Canvas, highlight: Highlight, text: str) -> Plan:
@@ -196,7 +212,7 @@ class TurnPreparer:
                         # forced tool_choice would process all of it again, uncached.
                         focused=plan.highlight is not None, window=plan.window, prefix=plan.prefix,
                         reflections=plan.reflections, review=review_spec(self._settings, settings.review),
-                        knowledge=collections)
+                        knowledge=collections, client_tools=self._client_tools(settings), context=settings.context)
         turn = self._turn(live, spec, memories, focus=content if spec.focused else None)
         counter, system, tools = self._counter, turn.system, turn.tools
         live.manager.estimate_overhead(lambda: counter.text(json.dumps(system)) + counter.text(json.dumps(tools)))
@@ -221,12 +237,16 @@ class TurnPreparer:
         tools = self._agent.registry.schemas([name for name in spec.tools if name in enabled])
         system = system_blocks(SYSTEM_PROMPT, prefix=spec.prefix,
                                memories=render_memories(memories) if spec.reflections else None)
+        if spec.context:
+            system.append({"type": "text", "text": _context_text(spec.context)})
+        client = ClientCalls([_client_schema(tool) for tool in spec.client_tools], self._settings.approval_timeout)
         knowledge = (KnowledgeScope(self._knowledge, live.owner, spec.knowledge)
                      if self._knowledge is not None else None)
         services = ToolServices(canvas=live.canvas, memory=self._memories.for_user(live.owner, memories),
                                 highlight=spec.highlight, files=self._files.scoped(live.owner, live.id),
                                 documents=self._documents, model=self._agent.model, knowledge=knowledge)
-        return Turn(owner=live.owner, conversation_id=live.id, model=spec.model, system=system, tools=tools,
+        return Turn(owner=live.owner, conversation_id=live.id, model=spec.model, system=system,
+                    tools=[*tools, *client.schemas], client_calls=client,
                     thinking=spec.thinking, tool_choice=spec.tool_choice, window=spec.window, services=services,
                     focus=focus, approvals=ApprovalGate(frozenset(spec.require_approval),
                                                         self._settings.approval_timeout),
@@ -245,6 +265,15 @@ class TurnPreparer:
             return await self._knowledge.owned(owner, wanted)
         except KnowledgeError as exc:
             raise FrameRejected("not_found", f"settings.knowledge: {exc.message}") from None
+
+    def _client_tools(self, settings: MessageSettings) -> list[ClientTool]:
+        names = [tool.name for tool in settings.client_tools]
+        clash = sorted(set(names) & set(self._agent.registry.enabled())) or sorted({n for n in names
+                                                                                  if names.count(n) > 1})
+        if clash:
+            raise FrameRejected("invalid_frame", f"settings.clientTools: {', '.join(clash)} is named twice or "
+                                                 "like a tool of the server's; name the client's tools apart.")
+        return settings.client_tools
 
     def _tool_names(self, wanted: MessageSettings, knowledge: bool = False) -> list[str]:
         names = self._agent.registry.enabled()

@@ -229,6 +229,10 @@ class RunningTurn:
         return (self._turn is not None and tool_id in self.approvals
                 and self._turn.approvals.answer(tool_id, approved, message))
 
+    def answer_call(self, tool_id: str, content: str, is_error: bool) -> bool:
+        """A client's result for a call to one of its tools; False when no call waits under that id."""
+        return self._turn is not None and self._turn.client_calls.answer(tool_id, content, is_error)
+
     def decide_review(self, review_id: str, decision: ReviewDecision, message: str | None) -> bool:
         """The user's decision on a failed review; False when no review waits under that id."""
         policy = self._turn.review if self._turn is not None else None

@@ -12,10 +12,14 @@ second agent loop.
   WebSocket's ArtifactState): `STATE_SNAPSHOT` first, `STATE_DELTA` (JSON Patch) on change;
 - `CUSTOM` for what AG-UI has no event of its own for: `title`, `context`
   (`context_update`), `context_cleared`, `artifact_chunk` (the artifact as the model writes
-  it), `tool_progress`, `approval_request` (answered over the WebSocket), `status` (a silent
-  model, a retried call);
+  it), `tool_progress`, `approval_request` and the review frames (interrupts too: below),
+  `status` (a silent model, a retried call);
 - `done` ends the run: `RUN_FINISHED` (`result`: stop reason, usage, message id;
-  `outcome: cancelled` when aborted) or `RUN_ERROR` for a turn that failed.
+  `outcome: cancelled` when aborted) or `RUN_ERROR` for a turn that failed;
+- a turn that waits for the client ends the run (`pause`) while the turn goes on waiting:
+  approvals and review decisions as AG-UI interrupts (`RUN_FINISHED` `outcome: interrupt`,
+  answered by the next run's `resume`: agui_answers.py), the client's own tools as their
+  calls (the next run's messages carry the results).
 """
 
 from __future__ import annotations
@@ -24,24 +28,49 @@ import json
 from typing import Any
 
 import jsonpatch
-from ag_ui.core import (BaseEvent, CustomEvent, ReasoningEndEvent, ReasoningMessageContentEvent,
+from ag_ui.core import (BaseEvent, CustomEvent, Interrupt, ReasoningEndEvent, ReasoningMessageContentEvent,
                         ReasoningMessageEndEvent, ReasoningMessageStartEvent, ReasoningStartEvent, RunErrorEvent,
-                        RunFinishedCancelledOutcome, RunFinishedEvent, RunStartedEvent, StateDeltaEvent,
-                        StateSnapshotEvent, TextMessageContentEvent, TextMessageEndEvent, TextMessageStartEvent,
-                        TokenUsage, ToolCallArgsEvent, ToolCallEndEvent, ToolCallResultEvent, ToolCallStartEvent)
+                        RunFinishedCancelledOutcome, RunFinishedEvent, RunFinishedInterruptOutcome, RunStartedEvent,
+                        StateDeltaEvent, StateSnapshotEvent, TextMessageContentEvent, TextMessageEndEvent,
+                        TextMessageStartEvent, TokenUsage, ToolCallArgsEvent, ToolCallEndEvent, ToolCallResultEvent,
+                        ToolCallStartEvent)
 
 from chat_agent import edits
-from chat_agent.protocol import (ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame, ArtifactState,
-                                 CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done, ErrorFrame,
-                                 ReviewDecided, ReviewFrame, ReviewRequest, ServerFrame, StatusFrame, ThinkingChunk,
-                                 TitleFrame, ToolEnd, ToolProgress, ToolStart)
+from chat_agent.agent.client_calls import WAITING as CLIENT_WAITING
+from chat_agent.protocol import (ApprovalInfo, ApprovalRequest, ArtifactChunk, ArtifactEdit, ArtifactFrame,
+                                 ArtifactState, CitationFrame, ContentChunk, ContextCleared, ContextUpdate, Done,
+                                 ErrorFrame, ReviewDecided, ReviewFrame, ReviewInfo, ReviewRequest, ServerFrame,
+                                 StatusFrame, ThinkingChunk, TitleFrame, ToolEnd, ToolProgress, ToolStart)
+
+
+APPROVAL = "approval:"  # interrupt ids: what the interrupt asks, then the approval's tool id
+REVIEW = "review:"  # or the review's id
+# What a `resume` entry's payload may be (Interrupt.responseSchema).
+APPROVAL_ANSWER = {"type": "object", "properties": {"approved": {"type": "boolean"}, "message": {"type": "string"}},
+                   "required": ["approved"]}
+REVIEW_ANSWER = {"type": "object", "properties": {"decision": {"enum": ["revise", "accept"]},
+                                                  "message": {"type": "string"}}, "required": ["decision"]}
+
+
+def approval_interrupt(info: ApprovalInfo | ApprovalRequest) -> Interrupt:
+    return Interrupt(id=APPROVAL + info.tool_id, reason="tool_approval", tool_call_id=info.tool_id,
+                     message=f"Run {info.name}?", response_schema=APPROVAL_ANSWER,
+                     metadata={"messageId": info.message_id, "name": info.name, "input": info.input})
+
+
+def review_interrupt(info: ReviewInfo | ReviewRequest, feedback: str | None = None) -> Interrupt:
+    message = "The review did not pass" + (f": {feedback}" if feedback else ".") + " Revise, or accept as it is?"
+    return Interrupt(id=REVIEW + info.review_id, reason="review_decision", message=message,
+                     response_schema=REVIEW_ANSWER, metadata={"messageId": info.message_id})
 
 
 class AgUiRun:
     """Feeds on frames in seq order, hands back the AG-UI events each one makes."""
 
     def __init__(self, thread_id: str, run_id: str, title: str | None, artifact: ArtifactState | None,
-                 conversation_id: str | None = None):
+                 conversation_id: str | None = None, waiting: list[Interrupt] | None = None,
+                 open_calls: dict[str, bool] | None = None, known: set[str] | None = None,
+                 answered: set[str] | None = None):
         self.thread_id = thread_id
         self.run_id = run_id
         self.state: dict[str, Any] = {"conversationId": conversation_id or thread_id, "title": title,
@@ -55,6 +84,13 @@ class AgUiRun:
         self._messages = 0  # assistant messages of this reply so far
         self._answered = False  # results came after the current message's calls
         self._error: ErrorFrame | None = None  # the turn's last error, told with RUN_ERROR
+        # What the turn waits for from the client: open interrupts by id, and the open calls
+        # with whether each is a client's call waiting for its result.
+        self.interrupts: dict[str, Interrupt] = {i.id: i for i in waiting or []}
+        self._calls: dict[str, bool] = dict(open_calls or {})
+        self._feedback: dict[str, str] = {}  # review id -> the failed review's feedback
+        self._known = known or set()  # the client's assistant messages: a run that goes on adds new ones
+        self._answered_calls = answered or set()  # calls whose results the client sent: it has them
 
     def start(self, run_input: Any) -> list[BaseEvent]:
         return [RunStartedEvent(thread_id=self.thread_id, run_id=self.run_id, input=run_input),
@@ -72,6 +108,7 @@ class AgUiRun:
             case ThinkingChunk(message_id=message_id, content=text):
                 return self._think(message_id, text)
             case ToolStart(message_id=message_id, tool_id=tool_id, name=name, input=tool_input):
+                self._calls[tool_id] = False
                 events = self._close()
                 parent = self._assistant(message_id)
                 return [*events, ToolCallStartEvent(tool_call_id=tool_id, tool_call_name=name,
@@ -80,6 +117,10 @@ class AgUiRun:
                         ToolCallEndEvent(tool_call_id=tool_id)]
             case ToolEnd(tool_id=tool_id, output=output, is_error=is_error, duration=duration):
                 self._answered = True
+                self._calls.pop(tool_id, None)
+                self.interrupts.pop(APPROVAL + tool_id, None)
+                if tool_id in self._answered_calls:
+                    return []  # the client's own result: it has it as its tool message
                 content = output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
                 return [ToolCallResultEvent(message_id=f"{tool_id}.result", tool_call_id=tool_id,
                                             content=content or "(no output)", role="tool",
@@ -92,16 +133,49 @@ class AgUiRun:
                 return [*self._set({**self.state, "title": title}), *self._custom("title", {"title": title})]
             case ContextUpdate(tokens=tokens, max_tokens=max_tokens, summarized=summarized):
                 return self._custom("context", {"tokens": tokens, "maxTokens": max_tokens, "summarized": summarized})
-            case ArtifactChunk() | ToolProgress() | ApprovalRequest() | ContextCleared() | StatusFrame() \
-                    | ReviewFrame() | ReviewRequest() | ReviewDecided() | CitationFrame():
-                return self._custom(frame.type, frame.model_dump(mode="json", exclude={"type", "seq",
-                                                                                       "conversation_id"}))
+            case ToolProgress(tool_id=tool_id, status=status):
+                self.interrupts.pop(APPROVAL + tool_id, None)  # approved: it runs
+                if tool_id in self._calls and status == CLIENT_WAITING:
+                    self._calls[tool_id] = True
+                return self._custom(frame.type, _value(frame))
+            case ApprovalRequest():
+                self.interrupts[APPROVAL + frame.tool_id] = approval_interrupt(frame)
+                return self._custom(frame.type, _value(frame))
+            case ReviewFrame(review_id=review_id, feedback=feedback):
+                self._feedback[review_id] = feedback
+                return self._custom(frame.type, _value(frame))
+            case ReviewRequest(review_id=review_id):
+                self.interrupts[REVIEW + review_id] = review_interrupt(frame, self._feedback.get(review_id))
+                return self._custom(frame.type, _value(frame))
+            case ReviewDecided(review_id=review_id):
+                self.interrupts.pop(REVIEW + review_id, None)
+                return self._custom(frame.type, _value(frame))
+            case ArtifactChunk() | ContextCleared() | StatusFrame() | CitationFrame():
+                return self._custom(frame.type, _value(frame))
             case ErrorFrame():
                 self._error = frame
                 return []
             case Done():
                 return self._done(frame)
         return []
+
+    def answered(self, interrupt_id: str) -> None:
+        """An interrupt this run's `resume` answered: no longer waited for."""
+        self.interrupts.pop(interrupt_id, None)
+
+    def pause(self) -> list[BaseEvent]:
+        """Ends the run when the turn waits for the client (nothing else of it can come before
+        the client answers): once no call runs (each one waits for an approval or for the
+        client's result), with the open interrupts if any. Empty while the turn goes on."""
+        running = [tool_id for tool_id, waits in self._calls.items() if not waits and APPROVAL + tool_id
+                   not in self.interrupts]
+        if self.finished or running or not (self.interrupts or self._calls):
+            return []
+        self.finished = True
+        outcome = RunFinishedInterruptOutcome(interrupts=list(self.interrupts.values())) if self.interrupts else None
+        waiting = [tool_id for tool_id, client in self._calls.items() if client]
+        return [*self._close(), RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id, outcome=outcome,
+                                                 result={"stopReason": "waiting", "toolCallIds": waiting})]
 
     # ---- pieces ---------------------------------------------------------------------------
 
@@ -133,6 +207,8 @@ class AgUiRun:
         (the reply's id for the first, `id.2`, `id.3`... after it)."""
         if self._message is None or self._answered:
             self._messages += 1
+            while (self._messages == 1 and reply_id in self._known) or f"{reply_id}.{self._messages}" in self._known:
+                self._messages += 1
             self._message = reply_id if self._messages == 1 else f"{reply_id}.{self._messages}"
             self._answered = False
         return self._message
@@ -188,6 +264,10 @@ class AgUiRun:
         outcome = RunFinishedCancelledOutcome() if done.stop_reason == "aborted" else None
         return [*events, RunFinishedEvent(thread_id=self.thread_id, run_id=self.run_id, result=result,
                                           outcome=outcome, usage=[tokens])]
+
+
+def _value(frame: ServerFrame) -> dict[str, Any]:
+    return frame.model_dump(mode="json", exclude={"type", "seq", "conversation_id"})
 
 
 def _dump(artifact: ArtifactState | None) -> dict[str, Any] | None:

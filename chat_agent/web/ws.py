@@ -18,7 +18,7 @@ from chat_agent.sessions.commands import for_sender
 from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND
-from chat_agent.protocol import (CLIENT_TYPES, RegenerateIn, RenameIn, SwitchBranchIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
+from chat_agent.protocol import (CLIENT_TYPES, ToolResultIn, RegenerateIn, RenameIn, SwitchBranchIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.store import StoreUnavailable
@@ -278,7 +278,7 @@ class Connection:
                 if task is not None:
                     task.add_done_callback(self._started)
             case AbortIn() | ApproveIn() | ReviewDecisionIn() | ClearContextIn() | SelectArtifactVersionIn() \
-                    | EditArtifactIn() | SwitchBranchIn() | RenameIn():
+                    | EditArtifactIn() | SwitchBranchIn() | RenameIn() | ToolResultIn():
                 await hub.command(live, frame)
             case ResumeIn(after_seq=after_seq):
                 if self._closing is None:

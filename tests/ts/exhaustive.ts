@@ -122,6 +122,8 @@ export function encode(frame: ClientFrame): string {
       return `switch to ${frame.messageId}`;
     case "rename":
       return `rename ${frame.title}`;
+    case "tool_result":
+      return `result of ${frame.toolId}${frame.isError ? " (failed)" : ""}: ${frame.content.length}`;
     default:
       return unhandled(frame);
   }
