@@ -5,11 +5,7 @@ verifies the event sequence itself). The same conversation is visible over the W
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -18,7 +14,7 @@ import pytest
 from ag_ui.core import Event
 from pydantic import TypeAdapter
 
-from tests import pace, reaper
+from tests import node_kit
 from tests.fakes.anthropic_fake import Fault, Reply, ToolUse
 from tests.support import ROOT, connect, send, until
 
@@ -167,28 +163,12 @@ async def test_thread_names_belong_to_their_user(make_server, fake_anthropic):
 @pytest.fixture(scope="module")
 def agui_kit(tmp_path_factory) -> Path:
     """tests/agui with its pinned @ag-ui/client installed."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        reason = f"the AG-UI client check needs {' and '.join(missing)} (apt-get install nodejs npm)"
-        if os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    work = tmp_path_factory.mktemp("agui")
-    for name in ("package.json", "package-lock.json", "run.mjs"):
-        shutil.copy(KIT / name, work / name)
-    reaper.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
-                   capture_output=True, timeout=600)
-    return work
+    return node_kit.install(KIT, tmp_path_factory.mktemp("agui"), "the AG-UI client check")
 
 
 async def _node(kit: Path, *args: str) -> dict:
-    proc = await reaper.spawn_async("node", "run.mjs", *args, cwd=kit, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), pace.scaled(60))
-    finally:
-        await reaper.end_async(proc)
-    assert proc.returncode == 0, err.decode()
-    return json.loads(out.decode().strip().splitlines()[-1])
+    out = await node_kit.run(kit, "run.mjs", *args, timeout=60)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 async def test_the_real_ag_ui_client_runs_the_agent(server, fake_anthropic, agui_kit):

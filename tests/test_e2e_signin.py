@@ -11,7 +11,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -25,6 +24,7 @@ import pytest
 import websockets
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests import node_kit
 from tests.fakes.anthropic_fake import Reply
 from tests.support import ROOT, connect, free_port, send, until
 
@@ -104,18 +104,7 @@ class OpenIdProvider:
 @pytest.fixture(scope="module")
 def oidc_kit(tmp_path_factory) -> Path:
     """tests/oidc with its pinned oidc-provider installed."""
-    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
-    if missing:
-        reason = f"the OpenID Provider needs {' and '.join(missing)} (apt-get install nodejs npm)"
-        if os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    work = tmp_path_factory.mktemp("oidc")
-    for name in ("package.json", "package-lock.json", "provider.mjs"):
-        shutil.copy(KIT / name, work / name)
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
-                   capture_output=True, timeout=600)
-    return work
+    return node_kit.install(KIT, tmp_path_factory.mktemp("oidc"), "the OpenID Provider")
 
 
 @pytest.fixture

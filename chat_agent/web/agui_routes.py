@@ -32,7 +32,8 @@ from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.web.agui_answers import Answer, answers, canvas_edit
 from chat_agent.web.agui_branch import branch_point
-from chat_agent.web.errors import error
+from chat_agent.web.errors import error, reason
+from chat_agent.web.frame_queue import GONE, FrameQueue
 from chat_agent.web.http import authed
 from chat_agent.web.agui_run import APPROVAL, REVIEW, AgUiRun, approval_interrupt, review_interrupt
 from chat_agent.web.threads import conversation_for_thread
@@ -40,20 +41,6 @@ from chat_agent.web.threads import conversation_for_thread
 log = logging.getLogger(__name__)
 
 THREAD_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
-_DONE = object()  # the conversation went away under the run (deleted, or its instance stopped)
-
-
-class _Frames:
-    """A listener on the conversation, like a socket: its committed frames, in seq order."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[tuple[int | None, str] | object] = asyncio.Queue()
-
-    def deliver(self, seq: int | None, text: str) -> None:
-        self.queue.put_nowait((seq, text))
-
-    def close(self, code: int, text: str | None = None) -> None:
-        self.queue.put_nowait(_DONE)
 
 
 async def run_agent(request: Request, hub: Hub, owner: str) -> Response:
@@ -68,7 +55,7 @@ async def run_agent(request: Request, hub: Hub, owner: str) -> Response:
         replies = answers(run_input)  # a run that answers what a waiting turn asked has no new message
         message = None if replies else _message(run_input)
     except (ValidationError, ValueError) as exc:
-        return error(400, "invalid_request", f"Not an AG-UI RunAgentInput we can run: {_reason(exc)}")
+        return error(400, "invalid_request", f"Not an AG-UI RunAgentInput we can run: {reason(exc)}")
     conversation_id = await conversation_for_thread(hub.store, owner, run_input.thread_id)
     switch_to = None
     if message is not None:
@@ -127,13 +114,6 @@ def _attachment(part: ImagePart | DocumentPart) -> dict[str, Any]:
     raise ValueError("a document part must name an upload (a file source with its uploadId)")
 
 
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc']) or 'body'}: {first['msg']}"
-    return str(exc)
-
-
 class _Run:
     """One request's run: attached to the conversation only while its stream is read, so a
     client gone before the first byte leaves nothing behind."""
@@ -144,7 +124,7 @@ class _Run:
         self.replies = replies or []  # or, without a message: what answers the waiting turn
         self.switch_to = switch_to  # a reply whose path becomes active before the message (agui_branch.py)
         self.conversation_id = conversation_id
-        self.frames = _Frames()
+        self.frames = FrameQueue()
         self.sent = False  # the message went to the conversation: a client leaving now aborts it
 
     async def stream(self, encoder: EventEncoder) -> AsyncIterator[str]:
@@ -199,8 +179,8 @@ class _Run:
                     for event in paused:
                         yield event
                     return
-            item = await _next(self.frames, preparing)
-            if item is _DONE:
+            item = await self.frames.next(preparing)
+            if item is GONE:
                 for event in run.refused("internal", "The conversation went away during the run."):
                     yield event
             elif isinstance(item, asyncio.Future):
@@ -234,19 +214,6 @@ class _Run:
         if self.switch_to is not None:
             await hub.command(live, SwitchBranchIn(type="switch_branch", message_id=self.switch_to), echo=True)
         return await hub.command(live, self.message, echo=True)
-
-
-async def _next(frames: _Frames, preparing: asyncio.Future[object] | None) -> tuple[int, str] | object:
-    """The next frame, or the preparation task once it ended (a refusal ends the run)."""
-    if preparing is None or not frames.queue.empty():
-        return await frames.queue.get()
-    getting = asyncio.ensure_future(frames.queue.get())
-    try:
-        done, _ = await asyncio.wait([getting, preparing], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not getting.done():
-            getting.cancel()
-    return getting.result() if getting in done else preparing
 
 
 async def _abort(hub: Hub, live: LiveConversation) -> None:
