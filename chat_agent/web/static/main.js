@@ -42,11 +42,12 @@ memoriesPanel(toast);
 const knowledge = new Knowledge({ toast });
 chat.linkFor = (citation) => knowledge.link(citation);
 
-function setRunning(on) {
+/** The open conversation's turn runs or not; `row`: its row in the list says so too. */
+function setRunning(on, row = true) {
   running = on;
   $("stop").hidden = !on;
   $("send").disabled = on;
-  if (connection.conversationId) conversations.running(connection.conversationId, on);
+  if (row && connection.conversationId) conversations.running(connection.conversationId, on);
 }
 
 function setTitle(title) {
@@ -302,8 +303,12 @@ function openConversation(id, how = "push") {
   reviews.clear();
   canvas.set(null);
   setTitle(null);
-  setRunning(false);
+  const left = connection.conversationId;
+  const wasRunning = running;
+  setRunning(false, false);
   connection.open(id);
+  // A reply goes on without us: its row keeps the dot, followed until it ends.
+  if (wasRunning && left && left !== id) conversations.running(left, true);
   conversations.mark();
 }
 
