@@ -144,6 +144,10 @@ def test_each_conversation_has_an_address(page, server, fake_anthropic, browser)
     expect(page).to_have_url(re.compile(f"/c/{conversation}$"))
     assert_accessible(page, "a conversation")
 
+    # the address serves the page itself, under the page's own headers
+    response = page.request.get(f"{server.http_url}/c/{conversation}")
+    assert response.status == 200 and "default-src 'self'" in response.headers["content-security-policy"]
+    assert '<main class="workspace"' in response.text()
     # its address opens it in a new tab (a new session: nothing in sessionStorage)
     other = page.context.new_page()
     other.goto(f"{server.http_url}/c/{conversation}")

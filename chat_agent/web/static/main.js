@@ -111,6 +111,7 @@ function drawer(open) {
   if (app.classList.contains("drawer-open") === open) return;
   app.classList.toggle("drawer-open", open);
   $("open-drawer").setAttribute("aria-expanded", String(open));
+  $("workspace").inert = open;  // a modal drawer: Tab stays in it
   if (open) $("new-conversation").focus();
   else if (narrow.matches) $("open-drawer").focus();
 }
