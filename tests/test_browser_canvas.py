@@ -32,26 +32,33 @@ def assistant(page):
     return page.locator(".message.assistant").last
 
 
-def select_text(page, text: str) -> None:
-    """Selects the first occurrence of `text` in the rendered artifact, as a user's drag would,
-    and releases the mouse there."""
-    box = page.evaluate("""(text) => {
+def select_text(page, text: str, last: str | None = None) -> None:
+    """Selects the first occurrence of `text` in the rendered artifact (or, with `last`, from
+    its start to the end of the next `last`, across markup), as a user's drag would, and
+    releases the mouse there."""
+    box = page.evaluate("""([first, last]) => {
         const view = document.querySelector('#artifact-view');
         const walker = document.createTreeWalker(view, NodeFilter.SHOW_TEXT);
+        const range = document.createRange();
+        let started = false;
         for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-            const at = node.data.indexOf(text);
-            if (at < 0) continue;
-            const range = document.createRange();
-            range.setStart(node, at);
-            range.setEnd(node, at + text.length);
-            const selection = getSelection();
-            selection.removeAllRanges();
-            selection.addRange(range);
-            const r = range.getBoundingClientRect();
-            return {x: r.right - 1, y: r.top + r.height / 2};
+            let from = 0;
+            if (!started && node.data.includes(first)) {
+                from = node.data.indexOf(first);
+                range.setStart(node, from);
+                started = true;
+            }
+            if (started && node.data.indexOf(last, from) >= 0) {
+                range.setEnd(node, node.data.indexOf(last, from) + last.length);
+                const selection = getSelection();
+                selection.removeAllRanges();
+                selection.addRange(range);
+                const r = range.getBoundingClientRect();
+                return {x: r.right - 1, y: r.top + r.height / 2};
+            }
         }
         return null;
-    }""", text)
+    }""", [text, last or text])
     assert box, f"{text!r} is not in the artifact"
     page.mouse.move(box["x"], box["y"])
     page.mouse.up()

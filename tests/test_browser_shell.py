@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from tests.browser import PHONE, SCREENSHOTS, VIEWPORT, assert_accessible, no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
-from tests.test_browser_canvas import POEM, open_page, send
+from tests.test_browser_canvas import POEM, open_page, select_text, send
 
 VIEWPORTS = {"desktop": VIEWPORT, "phone": PHONE}
 
@@ -35,31 +35,6 @@ def state(page, counts: dict, name: str, size: str) -> None:
     no_overflow(page)
     counts[f"{name}@{size}"] = assert_accessible(page, name, viewports=(page.viewport_size,))
     page.screenshot(path=str(SCREENSHOTS / f"shell-{size}-{name}.png"))
-
-
-def select_across(page, first: str, last: str) -> None:
-    """Selects the rendered artifact from the start of `first` to the end of `last` (text that
-    crosses markup), and releases the mouse there."""
-    box = page.evaluate("""([first, last]) => {
-        const view = document.querySelector('#artifact-view');
-        const walker = document.createTreeWalker(view, NodeFilter.SHOW_TEXT);
-        const range = document.createRange();
-        let started = false;
-        for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-            if (!started && node.data.includes(first)) { range.setStart(node, node.data.indexOf(first)); started = true; }
-            if (started && node.data.includes(last)) {
-                range.setEnd(node, node.data.indexOf(last) + last.length);
-                getSelection().removeAllRanges();
-                getSelection().addRange(range);
-                const r = range.getBoundingClientRect();
-                return {x: r.right - 1, y: r.top + r.height / 2};
-            }
-        }
-        return null;
-    }""", [first, last])
-    assert box, f"{first!r}…{last!r} is not in the artifact"
-    page.mouse.move(box["x"], box["y"])
-    page.mouse.up()
 
 
 @pytest.mark.parametrize("size", ["desktop", "phone"])
@@ -94,7 +69,7 @@ def test_main_states_at_desktop_and_phone_size(page, server, fake_anthropic, siz
     state(page, counts, "canvas", size)
 
     # the selection box: beside the selection, not over it, quoting the text as it reads
-    select_across(page, "The ", "buds")
+    select_text(page, "The ", "buds")
     expect(page.locator("#highlight-box")).to_be_visible()
     expect(page.locator("#highlight-quote")).to_have_text("The first buds")  # not "The **first** buds"
     chosen = page.evaluate("(() => { const r = getSelection().getRangeAt(0).getBoundingClientRect();"
