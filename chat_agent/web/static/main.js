@@ -210,7 +210,7 @@ function sendMessage(message, visible, previews = []) {
   chat.addUser(visible, previews);
   // A new conversation is stored with its first message: from now on it has an address.
   address(connection.conversationId, "replace");
-  conversations.mark($("conversation-title").title || "New conversation");
+  if (!conversations.row(connection.conversationId)) conversations.mark($("conversation-title").title || "New conversation");
   setRunning(true);
   return true;
 }
