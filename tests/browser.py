@@ -1,6 +1,10 @@
 """The canvas page's browser tests: Debian's Chromium driven by Playwright (never Playwright's
 own browser download), one browser per test module, a page per scenario, and a screenshot of
-every scenario under SCREENSHOTS (the test run's summary prints where)."""
+every scenario under SCREENSHOTS (the test run's summary prints where).
+
+Every scenario checks the states it visits with axe-core (`assert_accessible`), at the desktop
+and the phone viewport: no critical or serious violation passes. axe-core is pinned in
+tests/axe and installed with npm once per run."""
 
 from __future__ import annotations
 
@@ -18,6 +22,10 @@ from tests.support import ROOT
 SCREENSHOTS = ROOT / "test-artifacts" / "screenshots"
 REQUIRED = os.environ.get("CHAT_AGENT_REQUIRE_SERVICES") == "1"
 VIEWPORT = {"width": 1400, "height": 900}
+PHONE = {"width": 390, "height": 844}
+AXE_KIT = Path(__file__).resolve().parent / "axe"
+# What fails a scenario. Moderate and minor ones are reported in the failure message too.
+BLOCKING = ("critical", "serious")
 
 
 def chromium_path() -> str | None:
@@ -73,8 +81,21 @@ def browser() -> Iterator:
                     reaper.end_group(pgid, grace=pace.scaled(5))
 
 
+@pytest.fixture(scope="session")
+def axe_source(tmp_path_factory) -> str:
+    """axe.min.js of the axe-core pinned in tests/axe, installed by `npm ci`."""
+    if shutil.which("npm") is None:
+        _missing("the accessibility checks need npm for axe-core (apt-get install npm)")
+    work = tmp_path_factory.mktemp("axe")
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(AXE_KIT / name, work / name)
+    reaper.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=work, check=True,
+               capture_output=True, timeout=600)
+    return (work / "node_modules" / "axe-core" / "axe.min.js").read_text(encoding="utf-8")
+
+
 @pytest.fixture
-def page(browser, request: pytest.FixtureRequest) -> Iterator:
+def page(browser, axe_source, request: pytest.FixtureRequest) -> Iterator:
     """A fresh browser context (its own storage) and page; its console errors fail the test,
     and its screenshot is saved whatever the outcome."""
     context = browser.new_context(viewport=VIEWPORT, accept_downloads=True)
@@ -84,6 +105,7 @@ def page(browser, request: pytest.FixtureRequest) -> Iterator:
     opened.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
     opened.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
     opened.problems = problems
+    opened.axe_source = axe_source
     yield opened
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     try:
@@ -96,3 +118,38 @@ def no_problems(page, allowed: tuple[str, ...] = ()) -> None:
     """No script error, and no console error but those expected (a 401 the page answered)."""
     left = [p for p in page.problems if not any(a in p for a in allowed)]
     assert not left, left
+
+
+def axe_violations(page) -> list[dict]:
+    """axe-core's violations on the page as it is now (WCAG 2.x A/AA and best practices)."""
+    # Evaluated rather than added as a <script>: the page's CSP refuses inline scripts, and the
+    # tests must not loosen it (test_browser_security.py relies on it).
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.evaluate(page.axe_source + "\n;0")
+    return page.evaluate("""async () => {
+        const result = await axe.run(document, { resultTypes: ["violations"] });
+        return result.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help,
+            nodes: v.nodes.slice(0, 5).map((n) => n.target.join(" ") + ": " + (n.failureSummary || "").split("\\n")[1]) }));
+    }""")
+
+
+def assert_accessible(page, state: str = "", viewports: tuple[dict, ...] = (VIEWPORT, PHONE)) -> dict[str, dict[str, int]]:
+    """axe-core on the page at each viewport (the page's own size restored after): no critical
+    or serious violation. Returns the counts by impact per viewport, for the record."""
+    original = page.viewport_size
+    counts: dict[str, dict[str, int]] = {}
+    failures = []
+    try:
+        for viewport in viewports:
+            page.set_viewport_size(viewport)
+            page.wait_for_timeout(50)  # a layout pass for the media queries
+            found = axe_violations(page)
+            name = f"{viewport['width']}x{viewport['height']}"
+            counts[name] = {impact: sum(v["impact"] == impact for v in found)
+                            for impact in ("critical", "serious", "moderate", "minor")}
+            failures += [f"{name} {state}: {v}" for v in found if v["impact"] in BLOCKING]
+    finally:
+        if original:
+            page.set_viewport_size(original)
+    assert not failures, "\n".join(failures)
+    return counts

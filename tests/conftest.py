@@ -155,6 +155,6 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"browser test screenshots: {SCREENSHOTS}")
 
 
-from tests.browser import browser, page  # noqa: E402,F401  (Chromium for the canvas page's tests)
+from tests.browser import axe_source, browser, page  # noqa: E402,F401  (Chromium and axe-core for the canvas page's tests)
 from tests.pg import pg_url  # noqa: E402,F401  (a fresh PostgreSQL schema per test: tests/pg.py)
 from tests.stores import backend  # noqa: E402,F401  (each store test on SQLite and on PostgreSQL)

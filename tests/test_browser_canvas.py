@@ -11,7 +11,7 @@ from pathlib import Path
 from PIL import Image
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import assert_accessible, no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 
 POEM = ("# Spring\n\nThe **first** buds open under a pale sky.\n\n- rain\n- sun\n\n"
@@ -32,26 +32,33 @@ def assistant(page):
     return page.locator(".message.assistant").last
 
 
-def select_text(page, text: str) -> None:
-    """Selects the first occurrence of `text` in the rendered artifact, as a user's drag would,
-    and releases the mouse there."""
-    box = page.evaluate("""(text) => {
+def select_text(page, text: str, last: str | None = None) -> None:
+    """Selects the first occurrence of `text` in the rendered artifact (or, with `last`, from
+    its start to the end of the next `last`, across markup), as a user's drag would, and
+    releases the mouse there."""
+    box = page.evaluate("""([first, last]) => {
         const view = document.querySelector('#artifact-view');
         const walker = document.createTreeWalker(view, NodeFilter.SHOW_TEXT);
+        const range = document.createRange();
+        let started = false;
         for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-            const at = node.data.indexOf(text);
-            if (at < 0) continue;
-            const range = document.createRange();
-            range.setStart(node, at);
-            range.setEnd(node, at + text.length);
-            const selection = getSelection();
-            selection.removeAllRanges();
-            selection.addRange(range);
-            const r = range.getBoundingClientRect();
-            return {x: r.right - 1, y: r.top + r.height / 2};
+            let from = 0;
+            if (!started && node.data.includes(first)) {
+                from = node.data.indexOf(first);
+                range.setStart(node, from);
+                started = true;
+            }
+            if (started && node.data.indexOf(last, from) >= 0) {
+                range.setEnd(node, node.data.indexOf(last, from) + last.length);
+                const selection = getSelection();
+                selection.removeAllRanges();
+                selection.addRange(range);
+                const r = range.getBoundingClientRect();
+                return {x: r.right - 1, y: r.top + r.height / 2};
+            }
         }
         return null;
-    }""", text)
+    }""", [text, last or text])
     assert box, f"{text!r} is not in the artifact"
     page.mouse.move(box["x"], box["y"])
     page.mouse.up()
@@ -91,6 +98,7 @@ def test_chat_streams_shows_tool_cards_and_aborts(page, server, fake_anthropic, 
     expect(page.locator("#send")).to_be_enabled()
     # the conversation is listed (by its title once the background call named it)
     expect(page.locator("#conversation-list li.current")).to_have_count(1)
+    assert_accessible(page)
     no_problems(page)
 
 
@@ -116,6 +124,7 @@ def test_canvas_live_highlight_quick_action_versions_edit_export(page, server, f
     select_text(page, "first")
     expect(page.locator("#highlight-box")).to_be_visible()
     expect(page.locator("#highlight-quote")).to_have_text("first")
+    assert_accessible(page, "the highlight box")
     page.fill("#highlight-input", "a stronger word")
     page.press("#highlight-input", "Enter")
     expect(page.locator("#artifact-view .doc strong")).to_have_text("earliest")
@@ -147,6 +156,7 @@ def test_canvas_live_highlight_quick_action_versions_edit_export(page, server, f
     page.click("#edit-artifact")
     page.fill("#editor-title", "Spring, edited")
     page.fill("#editor-content", "# Spring\n\nMy own words now.\n")
+    assert_accessible(page, "the editor")
     page.click("#editor-save")
     # the old version's two paragraphs give way to the edit's one (asked so, not as "the <p>":
     # while the old version still shows, that would be two elements, which Playwright refuses)
@@ -162,6 +172,7 @@ def test_canvas_live_highlight_quick_action_versions_edit_export(page, server, f
     page.fill("#action-prompt", "Rewrite the artifact in a formal register.")
     page.click("#action-save")
     expect(page.locator("#actions-list li")).to_have_text(re.compile("Make it formal"))
+    assert_accessible(page, "the quick actions dialog")
     page.keyboard.press("Escape")
     expect(page.locator("#quick-actions button.custom")).to_have_text("Make it formal")
 
@@ -174,6 +185,7 @@ def test_canvas_live_highlight_quick_action_versions_edit_export(page, server, f
     saved = tmp_path / download.suggested_filename
     download.save_as(saved)
     assert "My own words now." in saved.read_text()
+    assert_accessible(page)
     no_problems(page)
 
 
@@ -207,6 +219,7 @@ def test_upload_image_and_drop(page, server, fake_anthropic):
     # (it loads after the history shows: waited for, not raced)
     page.wait_for_function("() => document.querySelector('.message.user img').complete")
     assert page.evaluate("document.querySelector('.message.user img').naturalWidth") == 64
+    assert_accessible(page)
     no_problems(page)
 
 
@@ -237,6 +250,7 @@ def test_reload_mid_turn_continues(page, server, fake_anthropic):
     assert page.evaluate("window.__dropped") is True  # the same page, not a reload
     text = page.locator(".message.assistant .text").last.inner_text().replace("\n", " ").split()
     assert text == [f"x{n}" for n in range(60)] + ["DONE"], text  # nothing lost, nothing twice
+    assert_accessible(page)
     no_problems(page)
 
 
@@ -245,6 +259,7 @@ def test_auth_token_prompt(page, make_server, fake_anthropic):
     page.goto(server.http_url + "/")
     dialog = page.locator("#token-dialog")
     expect(dialog).to_be_visible()
+    assert_accessible(page, "the token dialog")
     page.fill("#token-input", "wrong-token")
     page.click("#token-form button")
     expect(page.locator("#token-error")).to_be_visible()
@@ -261,6 +276,7 @@ def test_auth_token_prompt(page, make_server, fake_anthropic):
     expect(page.locator(".message.user")).to_have_text("Hi")
     status, body = server.get("/api/conversations", token="alice-secret-token")
     assert status == 200 and len(body["conversations"]) == 1
+    assert_accessible(page)
     no_problems(page, allowed=("401",))
 
 
@@ -274,6 +290,7 @@ def test_tool_approval_cards(page, make_server, fake_anthropic, exa):
     approval = page.locator(".approval")
     expect(approval).to_contain_text("web_search")
     expect(approval.locator("pre")).to_contain_text("tea harvest")
+    assert_accessible(page, "an approval card")
     approval.locator("button.approve").click()
     expect(approval).to_have_count(0)
     card = page.locator("details.tool[data-name=web_search]").last

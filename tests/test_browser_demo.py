@@ -7,7 +7,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import assert_accessible, no_problems
 from tests.support import ServerProcess
 from tests.test_browser_canvas import assistant, open_page, select_text, send
 
@@ -40,6 +40,7 @@ def test_demo_model_in_the_page(page, tmp_path):
         expect(page.locator("#artifact-view .doc h2").first).to_have_text(re.compile(r"^Why it matters \S+\s*$"))
         expect(page.locator("#artifact-view .doc h2 strong")).to_have_text("Key points")  # built on v2
         expect(page.locator("#stop")).to_be_hidden()
+        assert_accessible(page)
         no_problems(page)
     finally:
         server.close()

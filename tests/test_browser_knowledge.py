@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import assert_accessible, no_problems
 from tests.fakes.anthropic_fake import CitedText, Reply, Text, ToolUse
 from tests.test_e2e_knowledge import FACT, manual_pdf
 
@@ -23,6 +23,7 @@ def test_collections_panel_picker_and_citations(page, server, fake_anthropic):
     row = page.locator("#knowledge-documents li")
     expect(row).to_contain_text("manual.pdf")
     expect(row.locator(".doc-status")).to_have_text("ready")  # the panel follows the indexing
+    assert_accessible(page, "the knowledge dialog")
     page.click("#knowledge-form button[value=close]")
 
     # A new collection is chosen for the next messages; the picker says so.
@@ -60,4 +61,5 @@ def test_collections_panel_picker_and_citations(page, server, fake_anthropic):
     expect(page.locator("#connection")).to_have_text("connected")
     reply = page.locator(".message.assistant").last
     shows_the_citation()
+    assert_accessible(page)
     no_problems(page)

@@ -10,7 +10,7 @@ import re
 
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import assert_accessible, no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse, Verdict
 from tests.fakes.anthropic_script import is_review
 from tests.test_browser_canvas import assistant, open_page, send
@@ -52,6 +52,7 @@ def test_plan_checklist_and_review_decisions(page, make_server, fake_anthropic):
     expect(failed.locator(".review-feedback")).to_have_text("The note has no conclusion.")
     expect(failed.locator(".review-suggestions li")).to_have_text(["Add a one-line conclusion"])
     expect(failed.locator(".review-what")).to_have_text("version 1")
+    assert_accessible(page, "a plan and a review question")
     failed.locator(".review-message").fill("keep it short")
     failed.locator("button.revise").click()
 
@@ -71,6 +72,7 @@ def test_plan_checklist_and_review_decisions(page, make_server, fake_anthropic):
     expect(page.locator(".review")).to_have_count(2)
     expect(page.locator(".review.failed .review-decision")).to_have_text("You asked for a revision.")
     expect(page.locator("details.tool.plan").last.locator(".plan-step.done")).to_have_count(2)
+    assert_accessible(page)
     no_problems(page)
 
 
@@ -94,4 +96,5 @@ def test_a_question_open_on_reload_can_be_accepted(page, make_server, fake_anthr
     expect(page.locator(".review.failed .review-decision")).to_have_text("You accepted it.")
     expect(page.locator("#stop")).to_be_hidden()
     expect(page.locator(".review")).to_have_count(1)
+    assert_accessible(page)
     no_problems(page)

@@ -14,7 +14,7 @@ from typing import Iterator
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import assert_accessible, no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 
 SECRET = "ALICE-SECRET-FROM-CHAT"
@@ -108,6 +108,7 @@ def test_images_in_replies_and_artifacts_wait_for_a_click(page, server, fake_ant
     expect(failed).to_contain_text("private or reserved network address")
     assert len(proxied) == 1 and "exfil.png" in proxied[0]
     assert attacker.hits == []
+    assert_accessible(page)  # (before the test's own bare <img> below)
 
     # Markup that got past the renderer would still be refused by the CSP.
     violations = page.evaluate("""(url) => new Promise((resolve) => {
@@ -131,4 +132,5 @@ def test_authed_url_gives_the_token_to_our_own_origin_only(page, server):
     assert urls[0].endswith("/api/uploads/abc?token=tok-secret") and urls[1].endswith("?x=1&token=tok-secret")
     assert urls[2:5] == ["//evil.example/p.png", "/\\evil.example/p.png", "https://evil.example/p.png"]
     assert urls[5].endswith("/api/uploads/abc?token=tok-secret")
+    assert_accessible(page)
     no_problems(page)

@@ -1,4 +1,5 @@
-"""The canvas page: `GET /` and its files under `/static/`, served as package data.
+"""The canvas page: `GET /` (and `GET /c/{conversationId}`, the page opened on that
+conversation) and its files under `/static/`, served as package data.
 
 The page is plain HTML, CSS and JavaScript modules (no build step) and uses only the public
 protocol, the WebSocket and the HTTP routes, like any other client. Its responses carry a
@@ -71,5 +72,7 @@ class _Static(StaticFiles):
 
 routes = [
     Route("/", index, methods=["GET"]),
+    # A conversation's own address: the same page, which opens the conversation the path names.
+    Route("/c/{id}", index, methods=["GET"]),
     Mount("/static", app=_Static(directory=STATIC), name="static"),
 ]

@@ -28,7 +28,7 @@ export class Approvals {
     const node = document.createElement("div");
     node.className = "approval";
     node.dataset.toolId = frame.toolId;
-    node.innerHTML = `<h3>Allow <code>${escapeHtml(frame.name)}</code> to run?</h3>
+    node.innerHTML = `<h2>Allow <code>${escapeHtml(frame.name)}</code> to run?</h2>
       <pre></pre>
       <input class="approval-message" placeholder="Optional note for the assistant (why not, what instead)">
       <div class="row"><button type="button" class="danger decline">Decline</button>

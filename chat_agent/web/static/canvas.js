@@ -174,7 +174,9 @@ export class Canvas {
     if (!found) return null;
     const start = codePointOffset(current.content, found.start);
     const end = codePointOffset(current.content, found.end);
-    return { start, end, selectedText: current.content.slice(found.start, found.end), rect: range.getBoundingClientRect() };
+    // `shown`: the text as rendered, for the user to read; `selectedText` the Markdown it stands for
+    return { start, end, selectedText: current.content.slice(found.start, found.end), shown: picked.trim(),
+      rect: range.getBoundingClientRect() };
   }
 }
 

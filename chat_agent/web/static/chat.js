@@ -237,7 +237,7 @@ export class Chat {
     card.dataset.name = frame.name;
     card.innerHTML = `<summary><span class="spinner"></span><span class="name">${escapeHtml(frame.name)}</span>
       <span class="tool-status">${escapeHtml(inputSummary(frame.name, frame.input))}</span><span class="badge">running</span></summary>
-      <div class="body"><div class="label">Input</div><pre class="input"></pre><div class="output-area"></div></div>`;
+      <div class="body"><div class="label">Input</div><pre class="input" tabindex="0"></pre><div class="output-area"></div></div>`;
     card.querySelector(".input").textContent = JSON.stringify(frame.input ?? {}, null, 2);
     if (frame.name === "update_plan") this.plan(entry, card, frame.input);
     entry.node.append(card);
@@ -292,6 +292,7 @@ export class Chat {
     const area = card.querySelector(".output-area");
     area.replaceChildren(el("div", "label", "Output"));
     const pre = el("pre", "output");
+    pre.tabIndex = 0;  // it scrolls: the keyboard can too
     pre.textContent = typeof frame.output === "string" ? frame.output : JSON.stringify(frame.output, null, 2);
     area.append(pre);
     for (const url of images(frame.output)) area.append(imageNode(url, "tool image"));

@@ -1,14 +1,9 @@
 // The WebSocket: one conversation at a time, frames applied in `seq` order exactly once,
-// reconnection with `resume` after a dropped socket, and the place in sessionStorage so that
-// a reload comes back to the same conversation.
+// reconnection with `resume` after a dropped socket. (A reload comes back to the same
+// conversation through its address, `/c/{id}`: main.js.)
 import { socketUrl } from "./api.js";
 
-const PLACE_KEY = "chat-agent.place";
 const GAP_WAIT_MS = 3000;  // a replay that leaves a hole this long: start over from a snapshot
-
-export function savedPlace() {
-  try { return JSON.parse(sessionStorage.getItem(PLACE_KEY)) || {}; } catch { return {}; }
-}
 
 export class Connection {
   /** handlers: onSession(frame, resumed), onFrame(frame), onStatus(text, kind), onUnauthorized(), onGone() */
@@ -69,7 +64,6 @@ export class Connection {
       this.lastSeq = frame.seq;
     }
     this.keepState = true;
-    this.remember();
     this.h.onSession(frame, resumed);
   }
 
@@ -84,7 +78,6 @@ export class Connection {
       this.h.onFrame(next);
     }
     if (this.pending.size) this.watchGap(); else clearTimeout(this.gapTimer);
-    this.remember();
   }
 
   watchGap() {
@@ -97,10 +90,6 @@ export class Connection {
       this.close();
       this.connect();
     }, GAP_WAIT_MS);
-  }
-
-  remember() {
-    sessionStorage.setItem(PLACE_KEY, JSON.stringify({ conversationId: this.conversationId, lastSeq: this.lastSeq }));
   }
 
   closed(event) {

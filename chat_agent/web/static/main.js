@@ -5,7 +5,7 @@ import { Branches } from "./branches.js";
 import { Canvas } from "./canvas.js";
 import { Chat } from "./chat.js";
 import { Composer } from "./composer.js";
-import { Connection, savedPlace } from "./connection.js";
+import { Connection } from "./connection.js";
 import { UserEdits } from "./edits.js";
 import { Knowledge } from "./knowledge.js";
 import { latestPlan, PlanBar } from "./plan.js";
@@ -28,7 +28,7 @@ const connection = new Connection({
   onFrame: (frame) => handle(frame),
   onStatus: (text, kind) => { const s = $("connection"); s.textContent = text; s.className = "status " + kind; },
   onUnauthorized: () => askToken(true),
-  onGone: () => { toast("That conversation no longer exists.", true); openConversation(null); },
+  onGone: () => { toast("That conversation no longer exists.", true); openConversation(null, "replace"); },
 });
 const send = (frame) => {
   if (connection.send(frame)) return true;
@@ -45,16 +45,93 @@ memoriesPanel(toast);
 const knowledge = new Knowledge({ toast });
 chat.linkFor = (citation) => knowledge.link(citation);
 
-function setRunning(on) {
+/** The open conversation's turn runs or not; `row`: its row in the list says so too. */
+function setRunning(on, row = true) {
   running = on;
   $("stop").hidden = !on;
   $("send").disabled = on;
+  if (row && connection.conversationId) conversations.running(connection.conversationId, on);
 }
 
 function setTitle(title) {
   $("conversation-title").textContent = title || "New conversation";
+  $("conversation-title").title = title || "";  // the whole of it, should the bar still cut it
   document.title = (title ? title + " · " : "") + "Canvas";
 }
+
+// ---- URLs: /c/{conversationId} is a conversation, / a new one ----------------------------------
+const PATH = /^\/c\/([^/]+)\/?$/;
+
+function pathConversation() {
+  const found = PATH.exec(location.pathname);
+  return found ? decodeURIComponent(found[1]) : null;
+}
+
+/** Puts the conversation in the address bar: "push" for a move the Back button undoes,
+ * "replace" when it is the same place under its lasting name. */
+function address(id, how) {
+  const url = id ? `/c/${encodeURIComponent(id)}` : "/";
+  if (location.pathname === url) return;
+  if (how === "push") history.pushState({ conversationId: id }, "", url);
+  else history.replaceState({ conversationId: id }, "", url);
+}
+
+window.addEventListener("popstate", () => {
+  const id = pathConversation();
+  if (id !== connection.conversationId) openConversation(id, "none");
+});
+
+// ---- narrow screens: the chat and the canvas as tabs, the conversation list as a drawer -------
+const narrow = matchMedia("(max-width: 980px)");
+
+function showTab(name) {
+  $("workspace").dataset.tab = name;
+  for (const tab of ["chat", "canvas"]) {
+    const node = $(`tab-${tab}`);
+    node.setAttribute("aria-selected", String(tab === name));
+    node.tabIndex = tab === name ? 0 : -1;
+  }
+  if (name === "canvas") $("tab-canvas").classList.remove("unseen");
+}
+
+/** The canvas changed: on a narrow screen showing the chat, its tab says so. */
+function canvasChanged() {
+  if (narrow.matches && $("workspace").dataset.tab !== "canvas") $("tab-canvas").classList.add("unseen");
+}
+
+for (const tab of ["chat", "canvas"]) $(`tab-${tab}`).addEventListener("click", () => showTab(tab));
+$("workspace").querySelector("[role=tablist]").addEventListener("keydown", (event) => {
+  if (!["ArrowLeft", "ArrowRight", "Home", "End"].includes(event.key)) return;
+  const next = $("workspace").dataset.tab === "chat" ? "canvas" : "chat";
+  const name = event.key === "Home" ? "chat" : event.key === "End" ? "canvas" : next;
+  showTab(name);
+  $(`tab-${name}`).focus();
+  event.preventDefault();
+});
+
+function drawer(open) {
+  const app = $("app");
+  if (app.classList.contains("drawer-open") === open) return;
+  app.classList.toggle("drawer-open", open);
+  $("open-drawer").setAttribute("aria-expanded", String(open));
+  $("workspace").inert = open;  // a modal drawer: Tab stays in it
+  if (open) $("new-conversation").focus();
+  else if (narrow.matches) $("open-drawer").focus();
+}
+$("open-drawer").addEventListener("click", () => drawer(true));
+$("close-drawer").addEventListener("click", () => drawer(false));
+$("drawer-backdrop").addEventListener("click", () => drawer(false));
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && $("app").classList.contains("drawer-open")) drawer(false);
+});
+narrow.addEventListener("change", () => { if (!narrow.matches) drawer(false); });
+
+$("skip-link").addEventListener("click", (event) => {
+  event.preventDefault();
+  drawer(false);
+  showTab("chat");
+  $("prompt").focus();
+});
 
 function tokens(used, max) {
   $("token-fill").style.width = `${Math.min(100, (100 * used) / Math.max(1, max))}%`;
@@ -113,6 +190,8 @@ function session(frame, resumed) {
   quickBar();
   setRunning(!!frame.running);
   conversations.mark(frame.title);
+  // Opened by another name (an AG-UI thread's) or moved on: the address says where we are.
+  if (pathConversation() || (frame.messages || []).length) address(frame.conversationId, "replace");
 }
 
 function handle(frame) {
@@ -127,10 +206,11 @@ function handle(frame) {
     case "review": chat.review(frame); break;
     case "review_request": reviews.request(frame); break;
     case "review_decision": reviews.decided(frame); break;
-    case "artifact_chunk": canvas.chunk(frame); break;
-    case "artifact": canvas.set(frame.artifact); quickBar(); if (!running) userEdits.sync(); break;
-    case "artifact_edit": canvas.edit(frame).then(() => { quickBar(); if (!running) userEdits.sync(); }, (e) => toast(e.message, true)); break;
+    case "artifact_chunk": canvas.chunk(frame); canvasChanged(); break;
+    case "artifact": canvas.set(frame.artifact); quickBar(); canvasChanged(); if (!running) userEdits.sync(); break;
+    case "artifact_edit": canvas.edit(frame).then(() => { quickBar(); if (!running) userEdits.sync(); }, (e) => toast(e.message, true)); canvasChanged(); break;
     case "history": history(frame); break;
+    case "status": conversations.status(frame); break;
     case "title": setTitle(frame.title); conversations.mark(frame.title); break;
     case "context_update": tokens(frame.tokens, frame.maxTokens); break;
     case "context_cleared": chat.reset(); planBar.set(null); toast("Context cleared: the artifact and your memories stay."); break;
@@ -167,6 +247,9 @@ function sendMessage(message, visible, previews = []) {
   if (message.editOf) pendingEdit = { visible, previews, editOf: message.editOf, attachments: sent };
   else chat.addUser(visible, previews, null, sent);
   planBar.set(null);  // a new turn: its plan, if it keeps one
+  // A new conversation is stored with its first message: from now on it has an address.
+  address(connection.conversationId, "replace");
+  if (!conversations.row(connection.conversationId)) conversations.mark($("conversation-title").title || "New conversation");
   setRunning(true);
   return true;
 }
@@ -191,28 +274,38 @@ function runQuickAction(action, label) {
 
 // ---- highlight: select text in the artifact, say what to change ------------------------------
 let span = null;
-document.addEventListener("mouseup", (event) => {
+/** After a selection ends (mouse, touch or Shift+arrows): the box to ask for a change, next to
+ * the selection without covering it, quoting the text as the reader sees it. */
+function selectionEnded(event) {
   if ($("highlight-box").contains(event.target)) return;
   setTimeout(() => {
     const picked = canvas.selection();
     const box = $("highlight-box");
     if (!picked || running) { box.hidden = true; span = null; return; }
     span = picked;
-    const area = $("canvas").getBoundingClientRect();
-    box.hidden = false;
-    box.style.left = `${Math.max(8, Math.min(area.width - 350, picked.rect.left - area.left))}px`;
-    box.style.top = `${picked.rect.bottom - area.top + 8}px`;
-    $("highlight-quote").textContent = picked.selectedText;
+    $("highlight-quote").textContent = picked.shown;
     $("highlight-input").value = "";
+    box.hidden = false;
+    const area = $("canvas").getBoundingClientRect();
+    const { offsetWidth: width, offsetHeight: height } = box;
+    const gap = 8;
+    let top = picked.rect.bottom - area.top + gap;  // below the selection ...
+    if (top + height > area.height - gap) top = picked.rect.top - area.top - height - gap;  // ... or above it
+    if (top < gap) top = Math.min(area.height - height - gap, picked.rect.bottom - area.top + gap);
+    box.style.left = `${Math.max(gap, Math.min(area.width - width - gap, picked.rect.left - area.left))}px`;
+    box.style.top = `${Math.max(gap, top)}px`;
     $("highlight-input").focus({ preventScroll: true });
   });
-});
+}
+document.addEventListener("mouseup", selectionEnded);
+document.addEventListener("touchend", selectionEnded);
+$("artifact-view").addEventListener("keyup", (event) => { if (event.shiftKey) selectionEnded(event); });
 $("highlight-box").addEventListener("submit", (event) => {
   event.preventDefault();
   const ask = $("highlight-input").value.trim();
   if (!span || !ask) return;
-  const { start, end, selectedText } = span;
-  if (sendMessage({ content: ask, canvas: { highlight: { start, end, selectedText } } }, `Edit “${selectedText.slice(0, 80)}”: ${ask}`)) {
+  const { start, end, selectedText, shown } = span;
+  if (sendMessage({ content: ask, canvas: { highlight: { start, end, selectedText } } }, `Edit “${shown.slice(0, 80)}”: ${ask}`)) {
     canvas.highlightSent({ start, end });
   }
   $("highlight-box").hidden = true;
@@ -225,8 +318,12 @@ $("clear-context").addEventListener("click", () => {
   if (confirm("Empty this conversation's history? The artifact and your memories stay.")) send({ type: "clear_context" });
 });
 $("new-conversation").addEventListener("click", () => openConversation(null));
-$("export-button").addEventListener("click", (e) => { e.stopPropagation(); $("export-menu").hidden = !$("export-menu").hidden; });
-document.addEventListener("click", () => { $("export-menu").hidden = true; });
+function exportMenu(open) {
+  $("export-menu").hidden = !open;
+  $("export-button").setAttribute("aria-expanded", String(open));
+}
+$("export-button").addEventListener("click", (e) => { e.stopPropagation(); exportMenu($("export-menu").hidden); });
+document.addEventListener("click", () => exportMenu(false));
 for (const item of document.querySelectorAll("#export-menu button")) {
   item.addEventListener("click", async () => {
     const format = item.dataset.format;
@@ -238,7 +335,13 @@ for (const item of document.querySelectorAll("#export-menu button")) {
 }
 $("sign-out").addEventListener("click", () => { auth.token = ""; location.reload(); });
 
-function openConversation(id) {
+/** Opens a conversation (null: a new one); `how` the address bar follows ("push", "replace",
+ * or "none" when it already says so: the Back button). */
+function openConversation(id, how = "push") {
+  if (how !== "none") address(id, how);
+  drawer(false);
+  $("highlight-box").hidden = true;
+  $("tab-canvas").classList.remove("unseen");
   canvas.closeEditor();
   chat.reset();
   planBar.set(null);
@@ -246,8 +349,12 @@ function openConversation(id) {
   reviews.clear();
   canvas.set(null);
   setTitle(null);
-  setRunning(false);
+  const left = connection.conversationId;
+  const wasRunning = running;
+  setRunning(false, false);
   connection.open(id);
+  // A reply goes on without us: its row keeps the dot, followed until it ends.
+  if (wasRunning && left && left !== id) conversations.running(left, true);
   conversations.mark();
 }
 
@@ -279,7 +386,7 @@ async function start() {
   // Before the history: its citations link to documents. A server without knowledge bases (its
   // store in memory) answers 503: no panel then.
   await knowledge.load().catch((e) => { if (e.status === 503) $("open-knowledge").hidden = true; else toast(e.message, true); });
-  connection.open(savedPlace().conversationId || null);
+  connection.open(pathConversation());
 }
 
 // For the console (and the browser tests): the live connection, to look at or to drop.

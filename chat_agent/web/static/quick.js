@@ -22,6 +22,7 @@ function button(label, onClick, className = "") {
 
 function picker(label, values, onPick) {
   const select = document.createElement("select");
+  select.setAttribute("aria-label", label.replace("…", ""));
   select.append(new Option(label, ""), ...values.map((v) => new Option(v, v)));
   select.addEventListener("change", () => { if (select.value) onPick(select.value); select.value = ""; });
   return select;
