@@ -229,11 +229,12 @@ def test_reload_mid_turn_continues(page, server, fake_anthropic):
     fake_anthropic.enqueue(Reply(words, chunk_size=6, delay=0.04))
     send(page, "Count for me.")
     expect(page.locator(".message.assistant .text").last).to_contain_text("w5 ")
-    conversation = page.evaluate("JSON.parse(sessionStorage.getItem('chat-agent.place')).conversationId")
+    conversation = page.evaluate("window.chatAgent.connection.conversationId")
     page.reload()
     expect(page.locator("#connection")).to_have_text("connected")
     # the same conversation, with the reply so far, still growing, then finished
-    assert page.evaluate("JSON.parse(sessionStorage.getItem('chat-agent.place')).conversationId") == conversation
+    assert page.evaluate("window.chatAgent.connection.conversationId") == conversation
+    assert page.url.endswith(f"/c/{conversation}")
     expect(page.locator(".message.user")).to_have_text("Count for me.")
     expect(page.locator("#stop")).to_be_visible()
     expect(page.locator(".message.assistant .text").last).to_contain_text("THE END", timeout=20_000)

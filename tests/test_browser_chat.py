@@ -12,9 +12,16 @@ import re
 from PIL import Image
 from playwright.sync_api import expect
 
-from tests.browser import no_problems
+from tests.browser import SCREENSHOTS, assert_accessible, no_problems
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.test_browser_canvas import assistant, open_page, send
+
+
+def seen(page, state: str) -> None:
+    """The state as a screenshot (test-artifacts/screenshots) and checked by axe at both sizes."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"chat-{state}.png"))
+    assert_accessible(page, state)
 
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
@@ -79,6 +86,7 @@ def test_model_picker_copy_regenerate_and_branch_arrows(page, make_server, fake_
     for control in (page.get_by_label("Model"), page.locator("#send"), assistant(page).locator(".message-actions")):
         control.scroll_into_view_if_needed()
         expect(control).to_be_in_viewport()
+    seen(page, "branch-arrows")
     no_problems(page)
 
 
@@ -90,6 +98,7 @@ def test_one_model_no_picker_and_no_model_sent(page, make_server, fake_anthropic
     send(page, "Hi")
     expect(assistant(page).locator(".text")).to_have_text("Hello.")
     assert fake_anthropic.main_bodies[-1]["model"] == "claude-sonnet-4-6"
+    seen(page, "one-model")
     no_problems(page)
 
 
@@ -129,6 +138,7 @@ def test_edit_and_resend_on_a_phone_the_canvas_follows_the_branch(page, server, 
     expect(page.locator(".message.user .branch-place")).to_have_text("1/2")
     page.set_viewport_size(DESKTOP)
     expect(page.locator(".message.user").get_by_role("button", name=re.compile("^Next version"))).to_be_in_viewport()
+    seen(page, "edit-and-resend")
     no_problems(page)
 
 
@@ -165,6 +175,7 @@ def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
     page.set_viewport_size(PHONE)
     line.scroll_into_view_if_needed()
     expect(line).to_be_in_viewport()
+    seen(page, "own-edit-line")
     no_problems(page)
 
 
@@ -194,6 +205,7 @@ def test_the_latest_plan_stays_in_sight_on_a_phone(page, server, fake_anthropic)
     page.reload()  # the last turn kept no plan
     expect(page.locator("#connection")).to_have_text("connected")
     expect(page.locator(".plan-bar")).to_be_hidden()
+    seen(page, "plan-bar")
     no_problems(page)
 
 
@@ -223,4 +235,5 @@ def test_an_edited_message_is_sent_again_with_its_picture(page, server, fake_ant
     expect(page.locator("#connection")).to_have_text("connected")
     page.locator(".message.user").get_by_role("button", name="Edit and resend").click()
     expect(page.locator(".message.user .edit-note")).to_have_text("Sent again with its attachment")
+    seen(page, "edit-with-picture")
     no_problems(page)

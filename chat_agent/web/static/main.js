@@ -158,12 +158,8 @@ const planBar = new PlanBar($("messages"));
 const userEdits = new UserEdits({ conversation: () => connection.conversationId, canvas, chat });
 
 /** `history` (PROTOCOL 1.2 trees): the active path changed; an edited message follows it. */
-function history(frame) {
-  let messages = frame.messages || [];
-  // The path ends before the edited message; a server that stores "before the first message"
-  // as "no leaf" sends the old path whole (its newest message): cut it there.
-  const cut = pendingEdit ? messages.findIndex((m) => m.id === pendingEdit.editOf) : -1;
-  if (cut >= 0) messages = messages.slice(0, cut);
+function showHistory(frame) {
+  const messages = frame.messages || [];  // for an edit: the path up to the edited message's parent
   chat.renderHistory(messages);
   planBar.set(latestPlan(messages));
   if (pendingEdit) { chat.addUser(pendingEdit.visible, pendingEdit.previews, null, pendingEdit.attachments); pendingEdit = null; }
@@ -209,7 +205,7 @@ function handle(frame) {
     case "artifact_chunk": canvas.chunk(frame); canvasChanged(); break;
     case "artifact": canvas.set(frame.artifact); quickBar(); canvasChanged(); if (!running) userEdits.sync(); break;
     case "artifact_edit": canvas.edit(frame).then(() => { quickBar(); if (!running) userEdits.sync(); }, (e) => toast(e.message, true)); canvasChanged(); break;
-    case "history": history(frame); break;
+    case "history": showHistory(frame); break;
     case "status": conversations.status(frame); break;
     case "title": setTitle(frame.title); conversations.mark(frame.title); break;
     case "context_update": tokens(frame.tokens, frame.maxTokens); break;
