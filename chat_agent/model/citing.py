@@ -90,9 +90,16 @@ class MarkerScanner:
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         self._messages = messages
-        self._sources = search_sources(messages)
+        self._found: list[str] | None = None
         self._text = ""
         self._done = 0  # characters of `_text` already scanned
+
+    @property
+    def _sources(self) -> list[str]:
+        # Found when first needed: a reply that cites nothing does not read the whole history.
+        if self._found is None:
+            self._found = search_sources(self._messages)
+        return self._found
 
     def feed(self, piece: str) -> list[CitationDelta]:
         return [item for item in self.split(piece) if isinstance(item, CitationDelta)]

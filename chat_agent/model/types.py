@@ -6,10 +6,55 @@ Everything above the model package sees these types and the Messages API's own J
 
 from __future__ import annotations
 
+import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Literal, Protocol, Union
 
 from chat_agent.protocol import Usage
+
+
+# How request bodies are encoded (the SDKs' own settings): compact, UTF-8 as is.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode_json(value: Any) -> bytes:
+    return _ENCODER.encode(value).encode()
+
+
+class KeptMessage(dict[str, Any]):
+    """A message a history keeps, sent again with every later call: its JSON is made once
+    (`encoded`), so that a request encodes only what is new, however long the history.
+    Never changed in place (the history replaces a message, it does not edit one): a change
+    would not reach the JSON already made, so every way to make one is refused."""
+
+    __slots__ = ("_json",)
+
+    def encoded(self) -> bytes:
+        try:
+            return self._json
+        except AttributeError:
+            self._json: bytes = encode_json(self)
+            return self._json
+
+    def _refused(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError("a kept history message is never changed in place; the history replaces it")
+
+    __setitem__ = __delitem__ = update = pop = popitem = setdefault = clear = __ior__ = _refused  # type: ignore
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return KeptMessage, (dict(self),)
+
+    def __copy__(self) -> KeptMessage:
+        return KeptMessage(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> KeptMessage:
+        return KeptMessage(copy.deepcopy(dict(self), memo))
+
+
+def encoded(message: dict[str, Any]) -> bytes:
+    """A message's JSON: made once for one the history keeps, else now."""
+    return message.encoded() if isinstance(message, KeptMessage) else encode_json(message)
 
 
 @dataclass(slots=True)
@@ -63,6 +108,14 @@ class ModelRequest:
         if self.thinking_budget:
             params["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         return params
+
+    def body(self, **extra: Any) -> bytes:
+        """`params()` (and `extra`) as the JSON a Messages API request sends: the messages are
+        joined from their own JSON, which the history's kept messages made once."""
+        params = {**self.params(), **extra}
+        messages = params.pop("messages")
+        head = encode_json(params)
+        return b"".join((head[:-1], b',"messages":[', b",".join(map(encoded, messages)), b"]}"))
 
 
 @dataclass(slots=True)
