@@ -46,10 +46,12 @@ def _body(block: dict[str, Any]) -> str:
     return "\n".join(b.get("text", "") for b in block.get("content") or [] if isinstance(b, dict))
 
 
-def numbered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def numbered(messages: list[dict[str, Any]], numbers: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The messages with each search result as text headed by its number, and a line before a
-    tool result's first one that says how to cite them: for a model without citations."""
-    numbers = {source: n for n, source in enumerate(search_sources(messages), 1)}
+    tool result's first one that says how to cite them: for a model without citations.
+    `numbers`: each source's number, when the messages are part of a longer request."""
+    if numbers is None:
+        numbers = {source: n for n, source in enumerate(search_sources(messages), 1)}
     if not numbers:
         return messages
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Literal, Protocol, Union
+from typing import Any, AsyncIterator, Callable, Literal, Protocol, TypeVar, Union
 
 from chat_agent.protocol import Usage
 
 
+T = TypeVar("T")
 # How request bodies are encoded (the SDKs' own settings): compact, UTF-8 as is.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -23,19 +24,23 @@ def encode_json(value: Any) -> bytes:
 
 
 class KeptMessage(dict[str, Any]):
-    """A message a history keeps, sent again with every later call: its JSON is made once
-    (`encoded`), so that a request encodes only what is new, however long the history.
-    Never changed in place (the history replaces a message, it does not edit one): a change
-    would not reach the JSON already made, so every way to make one is refused."""
+    """A message a history keeps, sent again with every later call: what a request makes of
+    it (its JSON, a provider's form of it) is made once (`made`), so that a request encodes
+    only what is new, however long the history. Never changed in place (the history
+    replaces a message, it does not edit one): a change would not reach what was made of it
+    already, so every way to make one is refused."""
 
-    __slots__ = ("_json",)
+    __slots__ = ("_made",)
 
-    def encoded(self) -> bytes:
+    def made(self, kind: str, make: Callable[[dict[str, Any]], T]) -> T:
+        """`make(self)`, made the first time this `kind` is asked for."""
         try:
-            return self._json
+            made = self._made
         except AttributeError:
-            self._json: bytes = encode_json(self)
-            return self._json
+            made = self._made = {}
+        if kind not in made:
+            made[kind] = make(self)
+        return made[kind]
 
     def _refused(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("a kept history message is never changed in place; the history replaces it")
@@ -52,9 +57,14 @@ class KeptMessage(dict[str, Any]):
         return KeptMessage(copy.deepcopy(dict(self), memo))
 
 
+def once(message: dict[str, Any], kind: str, make: Callable[[dict[str, Any]], T]) -> T:
+    """What `make` makes of a message: once for one the history keeps, else now."""
+    return message.made(kind, make) if isinstance(message, KeptMessage) else make(message)
+
+
 def encoded(message: dict[str, Any]) -> bytes:
-    """A message's JSON: made once for one the history keeps, else now."""
-    return message.encoded() if isinstance(message, KeptMessage) else encode_json(message)
+    """A message's JSON (made once for one the history keeps)."""
+    return once(message, "json", encode_json)
 
 
 @dataclass(slots=True)
