@@ -1,6 +1,7 @@
 """Turn cost against history length: a one-tool turn on conversations of 10 turns, 1,000
-turns (summarized as the server does past 300,000 characters) and one just below the
-summary threshold, through the real server on the fake Anthropic API.
+turns (summarized as the server does past 300,000 characters), one just below the summary
+threshold, and 1,000 short turns (2,000 messages, no summary), through the real server on
+the fake Anthropic API.
 
 The conversations are written into the SQLite file before the server starts (tests/seed.py).
 One socket per conversation; the sizes take turns in blocks of `--block` back-to-back turns
@@ -18,8 +19,8 @@ turn(N) − bare(N) + bare(10).
 Also, in-process: `ConversationManager.load` of each conversation's model-facing history
 (what a turn start paid when the history was read back every turn).
 
-Target: turn p50 (model time held) and CPU per turn, at 1,000 turns and just below the
-threshold, ≤ 1.3× at 10 turns (ratio = the worst of the four / 1.3).
+Target: turn p50 (model time held) and CPU per turn, at every other size, ≤ 1.3× at 10
+turns (ratio = the worst of them / 1.3).
 
     python bench/turn_cost.py [--blocks 6] [--block 5] [--profile out.prof]
 """
@@ -72,10 +73,13 @@ def turns_below(chars: int, seed: int) -> int:
 
 
 async def seed(db: Path) -> dict[str, int]:
-    sizes = {"10 turns": 10, "1,000 turns": 1_000, "below threshold": turns_below(BELOW, 2)}
+    """The sizes: turns with a tool card each, and (last) short turns of text alone, 2,000
+    model-facing messages and no summary (what a long soak of small turns leaves)."""
+    sizes = {"10 turns": 10, "1,000 turns": 1_000, "below threshold": turns_below(BELOW, 2), "1,000 short": 1_000}
     async with SqliteStore(db) as store:
         for n, (name, turns) in enumerate(sizes.items()):
-            await seed_conversation(store, OWNER, f"c{n}", turns, created_at=time.time() - 86_400, seed=n)
+            await seed_conversation(store, OWNER, f"c{n}", turns, created_at=time.time() - 86_400, seed=n,
+                                    tools=name != "1,000 short")
     return sizes
 
 
