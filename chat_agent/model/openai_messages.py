@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from chat_agent.model.citing import numbered, search_sources
-from chat_agent.model.types import ModelRequest, encode_json, once
+from chat_agent.model.types import ModelRequest, encode_json, made_of, once
 
 IMAGE_IN_RESULT = "[The image(s) this tool returned follow in the next message.]"
 PDF_NOT_READ = "[A PDF document ({title}) is attached, but this model cannot read PDF files; ask for its text.]"
@@ -32,14 +32,14 @@ def chat_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens", **
     """`chat_params` (and `extra`) as the JSON of the request. A message the history keeps is
     translated and encoded once, on its first call: its form depends on nothing else, unless
     it holds search results (numbered over the whole request), which are translated anew."""
-    sources = [once(message, "sources", _sources) for message in request.messages]
+    sources = made_of(request.messages, "sources", _sources)
     numbers = {source: n for n, source in enumerate(dict.fromkeys(s for found in sources for s in found), 1)}
     parts = [encode_json(message) for message in _system(request.system)]
-    for message, found in zip(request.messages, sources):
-        if found:
-            parts.append(_encoded(numbered([message], numbers)[0]))
-        else:
-            parts.append(once(message, "chat", _encoded))
+    if numbers:
+        parts += [_encoded(numbered([message], numbers)[0]) if found else once(message, "chat", _encoded)
+                  for message, found in zip(request.messages, sources)]
+    else:
+        parts += made_of(request.messages, "chat", _encoded)
     head = encode_json({**_settings(request, max_tokens_field), **extra})
     return b"".join((head[:-1], b',"messages":[', b",".join(part for part in parts if part), b"]}"))
 

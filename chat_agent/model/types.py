@@ -32,12 +32,13 @@ class KeptMessage(dict[str, Any]):
 
     __slots__ = ("_made",)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._made: dict[str, Any] = {}
+
     def made(self, kind: str, make: Callable[[dict[str, Any]], T]) -> T:
         """`make(self)`, made the first time this `kind` is asked for."""
-        try:
-            made = self._made
-        except AttributeError:
-            made = self._made = {}
+        made = self._made
         if kind not in made:
             made[kind] = make(self)
         return made[kind]
@@ -62,9 +63,13 @@ def once(message: dict[str, Any], kind: str, make: Callable[[dict[str, Any]], T]
     return message.made(kind, make) if isinstance(message, KeptMessage) else make(message)
 
 
-def encoded(message: dict[str, Any]) -> bytes:
-    """A message's JSON (made once for one the history keeps)."""
-    return once(message, "json", encode_json)
+def made_of(messages: list[dict[str, Any]], kind: str, make: Callable[[dict[str, Any]], T]) -> list[T]:
+    """`once` for each message, in one pass that calls nothing for what is made already (a
+    request of 2,000 messages would spend a millisecond on the calls alone)."""
+    return [m._made[kind] if type(m) is KeptMessage and kind in m._made else once(m, kind, make)  # type: ignore
+            for m in messages]
+
+
 
 
 @dataclass(slots=True)
@@ -125,7 +130,7 @@ class ModelRequest:
         params = {**self.params(), **extra}
         messages = params.pop("messages")
         head = encode_json(params)
-        return b"".join((head[:-1], b',"messages":[', b",".join(map(encoded, messages)), b"]}"))
+        return b"".join((head[:-1], b',"messages":[', b",".join(made_of(messages, "json", encode_json)), b"]}"))
 
 
 @dataclass(slots=True)
