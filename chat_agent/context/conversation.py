@@ -22,10 +22,15 @@ from chat_agent.store import (AppendHistory, DeleteHistoryItems, HistoryItem, Hi
 from chat_agent.store.tree import EMPTY, ROOT
 from chat_agent.context.summary import plan_summary, summary_message
 from chat_agent.context.tokens import TokenCounter, content_chars
+from chat_agent.model.types import KeptMessage
 from chat_agent.store.writer import StoreWriter
 from chat_agent.ids import new_id
 
 Summarizer = Callable[[str], Awaitable[str]]
+
+
+def _kept(message: dict[str, Any]) -> KeptMessage:
+    return message if isinstance(message, KeptMessage) else KeptMessage(message)
 
 
 def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -100,6 +105,10 @@ class ConversationManager:
         self._exchange = None
 
     def _hold(self, items: list[HistoryItem]) -> None:
+        # Kept messages: each is encoded for the API once, not again with every call (nor
+        # after a summary, which holds the items it keeps again).
+        for item in items:
+            item.data = _kept(item.data)
         self._items = items
         self._messages = [item.data for item in items]
         self._history_tokens = sum(item.tokens for item in items)
@@ -268,6 +277,7 @@ class ConversationManager:
         self._add_user_blocks(blocks)
 
     def _append(self, message: dict[str, Any], tokens: int) -> None:
+        message = KeptMessage(message)
         item = HistoryItem(id=new_id(hex_chars=16), data=message, tokens=tokens, chars=content_chars(message["content"]),
                            node=self._node)
         self.messages.append(message)
@@ -277,6 +287,7 @@ class ConversationManager:
         self._writer.submit([AppendHistory(self.owner, self.conversation_id, "model", (item,))])
 
     def _replace_last(self, message: dict[str, Any], tokens: int) -> None:
+        message = KeptMessage(message)
         old = self._held[-1]
         chars = content_chars(message["content"])
         if old.node != self._node:

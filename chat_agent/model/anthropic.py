@@ -8,6 +8,7 @@ from typing import Any, AsyncIterator
 
 import anthropic
 import httpx2
+from anthropic.types import Message, RawMessageStreamEvent
 
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 # before the client's clock says so, and a request sent on one then fails with "Server
 # disconnected" (measured against the fake: a few in a hundred reused at 4.9-5 s).
 LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=4.0)
+# The stream `messages.create(stream=True)` returns, for the same call made with the SDK's
+# own `post` (see `_stream_once`).
+EVENTS = anthropic.AsyncStream[RawMessageStreamEvent]
 # Errors the API reports that are worth another try of the same request.
 _RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
 
@@ -136,7 +140,12 @@ class AnthropicClient:
             try:
                 # The raw events, so that one tool call with broken JSON does not end the stream
                 # (the SDK's MessageStream raises there); the SDK still accumulates the message.
-                async with await self._streaming.messages.create(**request.params(), stream=True) as events:
+                # The body is ours, already JSON (`ModelRequest.body`: the history's messages
+                # encoded once each), sent through the SDK's `post` as `messages.create` would
+                # send it: `create` would copy and encode the whole history again on every call.
+                async with await self._streaming.post("/v1/messages", cast_to=Message, stream=True,
+                                                      content=request.body(stream=True),
+                                                      stream_cls=EVENTS) as events:
                     fair = FairShare()
                     async for event in events:
                         span.first_chunk()

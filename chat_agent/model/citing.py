@@ -46,10 +46,12 @@ def _body(block: dict[str, Any]) -> str:
     return "\n".join(b.get("text", "") for b in block.get("content") or [] if isinstance(b, dict))
 
 
-def numbered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def numbered(messages: list[dict[str, Any]], numbers: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """The messages with each search result as text headed by its number, and a line before a
-    tool result's first one that says how to cite them: for a model without citations."""
-    numbers = {source: n for n, source in enumerate(search_sources(messages), 1)}
+    tool result's first one that says how to cite them: for a model without citations.
+    `numbers`: each source's number, when the messages are part of a longer request."""
+    if numbers is None:
+        numbers = {source: n for n, source in enumerate(search_sources(messages), 1)}
     if not numbers:
         return messages
 
@@ -90,9 +92,16 @@ class MarkerScanner:
 
     def __init__(self, messages: list[dict[str, Any]]) -> None:
         self._messages = messages
-        self._sources = search_sources(messages)
+        self._found: list[str] | None = None
         self._text = ""
         self._done = 0  # characters of `_text` already scanned
+
+    @property
+    def _sources(self) -> list[str]:
+        # Found when first needed: a reply that cites nothing does not read the whole history.
+        if self._found is None:
+            self._found = search_sources(self._messages)
+        return self._found
 
     def feed(self, piece: str) -> list[CitationDelta]:
         return [item for item in self.split(piece) if isinstance(item, CitationDelta)]

@@ -12,11 +12,12 @@ import logging
 from typing import Any, AsyncIterator
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from chat_agent.config import Settings
 from chat_agent.model.citing import MarkerScanner
 from chat_agent.model.fair import FairShare
-from chat_agent.model.openai_messages import chat_params
+from chat_agent.model.openai_messages import chat_body, chat_params, max_tokens
 from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
 from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem, TextDelta
@@ -30,6 +31,10 @@ NO_KEY = "The server has no OPENAI_API_KEY, so it cannot reach {model}."
 # OpenAI's own API wants max_completion_tokens (its reasoning models refuse max_tokens);
 # the compatible servers (Ollama, vLLM, ...) know max_tokens.
 OPENAI_HOSTS = ("api.openai.com",)
+# The stream `chat.completions.create(stream=True)` returns, for the same call made with the
+# SDK's own `post` (see `_stream_once`); its options as `create` sets them (the API key).
+CHUNKS = openai.AsyncStream[ChatCompletionChunk]
+STREAM_OPTIONS: Any = {"security": {"bearer_auth": True}}
 
 
 class _Unfinished(Exception):
@@ -135,13 +140,17 @@ class OpenAIClient:
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         chunks = ChunkAccumulator()
         markers = MarkerScanner(request.messages)  # the model's `[n]`: citations of search results
-        params = self._params(request)
-        with model_span(request.model, params[self._max_tokens], stream=True, server=self._server,
+        # The body is ours, already JSON (`chat_body`: the history's messages translated and
+        # encoded once each), sent through the SDK's `post` as `chat.completions.create` would
+        # send it: `create` would walk, copy and encode the whole history again on every call.
+        body = chat_body(request, max_tokens_field=self._max_tokens, stream=True,
+                         stream_options={"include_usage": True})
+        with model_span(request.model, max_tokens(request), stream=True, server=self._server,
                         provider=PROVIDER) as span:
             started = False
             try:
-                stream = await self._streaming.chat.completions.create(**params, stream=True,
-                                                                     stream_options={"include_usage": True})
+                stream = await self._streaming.post("/chat/completions", cast_to=ChatCompletion, content=body,
+                                                    options=STREAM_OPTIONS, stream=True, stream_cls=CHUNKS)
                 started = True
                 async with stream:  # closing it (abort) closes the HTTP response
                     fair = FairShare()

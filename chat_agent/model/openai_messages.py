@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from chat_agent.model.citing import numbered
-from chat_agent.model.types import ModelRequest
+from chat_agent.model.citing import numbered, search_sources
+from chat_agent.model.types import ModelRequest, encode_json, made_of, once
 
 IMAGE_IN_RESULT = "[The image(s) this tool returned follow in the next message.]"
 PDF_NOT_READ = "[A PDF document ({title}) is attached, but this model cannot read PDF files; ask for its text.]"
@@ -25,8 +25,32 @@ Parts = list[dict[str, Any]]
 def chat_params(request: ModelRequest, *, max_tokens_field: str = "max_tokens") -> dict[str, Any]:
     """Parameters for `chat.completions.create` (without `stream`)."""
     messages = _system(request.system) + [m for message in numbered(request.messages) for m in _message(message)]
-    params: dict[str, Any] = {"model": request.model, "messages": messages,
-                              max_tokens_field: max(1, request.max_tokens - (request.thinking_budget or 0))}
+    return {**_settings(request, max_tokens_field), "messages": messages}
+
+
+def chat_body(request: ModelRequest, *, max_tokens_field: str = "max_tokens", **extra: Any) -> bytes:
+    """`chat_params` (and `extra`) as the JSON of the request. A message the history keeps is
+    translated and encoded once, on its first call: its form depends on nothing else, unless
+    it holds search results (numbered over the whole request), which are translated anew."""
+    sources = made_of(request.messages, "sources", _sources)
+    numbers = {source: n for n, source in enumerate(dict.fromkeys(s for found in sources for s in found), 1)}
+    parts = [encode_json(message) for message in _system(request.system)]
+    if numbers:
+        parts += [_encoded(numbered([message], numbers)[0]) if found else once(message, "chat", _encoded)
+                  for message, found in zip(request.messages, sources)]
+    else:
+        parts += made_of(request.messages, "chat", _encoded)
+    head = encode_json({**_settings(request, max_tokens_field), **extra})
+    return b"".join((head[:-1], b',"messages":[', b",".join(part for part in parts if part), b"]}"))
+
+
+def max_tokens(request: ModelRequest) -> int:
+    """The output limit asked for: without the thinking budget, which this API has no room for."""
+    return max(1, request.max_tokens - (request.thinking_budget or 0))
+
+
+def _settings(request: ModelRequest, max_tokens_field: str) -> dict[str, Any]:
+    params: dict[str, Any] = {"model": request.model, max_tokens_field: max_tokens(request)}
     tools = [_tool(t) for t in request.tools if "input_schema" in t]
     if tools:
         params["tools"] = tools
@@ -34,6 +58,15 @@ def chat_params(request: ModelRequest, *, max_tokens_field: str = "max_tokens") 
         if choice is not None:
             params["tool_choice"] = choice
     return params
+
+
+def _sources(message: dict[str, Any]) -> list[str]:
+    return search_sources([message])
+
+
+def _encoded(message: dict[str, Any]) -> bytes:
+    """The chat messages a message becomes, as JSON joined by commas (empty for none)."""
+    return b",".join(encode_json(m) for m in _message(message))
 
 
 def _system(system: str | list[dict[str, Any]] | None) -> list[dict[str, Any]]:
