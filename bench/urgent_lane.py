@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, run,  # noqa: E402
                      send_message, verdict, ws_connect)
+from abort_latency import ping_forever  # noqa: E402
 
 TARGET_S = 0.100
 FOREGROUND = "[[long 3000]] [[slow 0.3]]"
@@ -72,21 +73,6 @@ async def stream_forever(url: str, content: str, counts: list[int], ready: async
             while (await recv_json(ws, 120))["type"] != "done":
                 pass
             counts[-1] += 1
-    finally:
-        await ws.close()
-
-
-async def ping_forever(url: str, rtts: list[float]) -> None:
-    ws = await ws_connect(url)
-    try:
-        await recv_json(ws)  # session
-        while True:
-            t0 = time.perf_counter()
-            await ws.send(json.dumps({"type": "ping"}))
-            while (await recv_json(ws))["type"] != "pong":
-                pass
-            rtts.append(time.perf_counter() - t0)
-            await asyncio.sleep(0.05)
     finally:
         await ws.close()
 
