@@ -77,7 +77,7 @@ class Node:
         sim = self.sim
         settings = Settings(instance_id=self.name, **SETTINGS)  # type: ignore[arg-type]
         store = SimStore(sim, self.name, sim.db, random.Random(f"store:{self.name}:{sim.seed}"))
-        writer = StoreWriter(store, chunk=1024)  # small chunks: urgent work goes ahead often
+        writer = StoreWriter(store)
         went = writer._went
 
         def noted(*, available: bool) -> None:
