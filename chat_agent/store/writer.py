@@ -407,10 +407,13 @@ class StoreWriter:
         left = sum(len(s.ops) for s in self._queue)
         log.error("stopping with the store unavailable for %.0f s: %d writes were not stored",
                   self.unavailable_for(), left)
+        round_ = self._round
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         queue, self._queue = self._queue, []
+        if round_ is not None:  # what the batch under way had not tried yet, or held back
+            queue = round_.waiting + [s for chunk in round_.chunks for s in chunk] + queue
         for submission in queue:
             submission.outcome.settle(committed=False)
         self._processed = self._submitted
