@@ -446,13 +446,7 @@ class StoreWriter:
                 self._deferred = None
             batch, ticket = self._queue, self._submitted
             self._queue = []
-            self._arm_stall()
-            try:
-                waiting = await self._commit_round(batch)
-            finally:
-                if self._stall is not None:
-                    self._stall.cancel()
-                    self._stall = None
+            waiting = await self._commit_round(batch)
             if waiting:  # the store is unavailable: they go first, once it takes writes again
                 self._queue = waiting + self._queue
                 ticket = min(s.ticket for s in waiting) - 1
@@ -507,8 +501,17 @@ class StoreWriter:
         if held := {s.scope for s in round_.waiting}:
             round_.waiting += [s for s in part if s.scope in held]
             part = [s for s in part if s.scope not in held]
-        if part:
+        if not part:
+            return
+        # Timed per commit, not per batch: a batch of several commits, each in time, is no
+        # sign of a store that does not answer.
+        self._arm_stall()
+        try:
             round_.waiting += await self._commit(part)
+        finally:
+            if self._stall is not None:
+                self._stall.cancel()
+                self._stall = None
 
     def _arm_stall(self) -> None:
         self._stall_due = _clock() + STALLED
