@@ -66,7 +66,7 @@ def test_two_thousand_schedules_find_nothing():
     print(f"{ran} seeds in {took:.0f} s ({ran / took:.1f} seeds/s): {turns} turns, {frames} frames")
 
 
-@pytest.mark.parametrize("bug", ["send-before-store", "after-done", "skip-store", "rerun-unsafe"])
+@pytest.mark.parametrize("bug", ["send-before-store", "after-done", "skip-store", "rerun-unsafe", "urgent-alone"])
 def test_a_broken_invariant_is_caught_within_200_seeds(bug: str):
     found, summary = _results(_run("--seeds", "0:200", "--bug", bug, "--stop-after", "1"), 300)
     assert found, f"the checker missed the {bug} bug in {summary['seeds']} seeds"

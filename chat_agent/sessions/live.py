@@ -70,6 +70,8 @@ class LiveConversation:
         # Logged, not committed yet: (seq, text), oldest first; shown first if the store fails.
         self._uncommitted: deque[tuple[int, str]] = deque()
         self._deltas = DeltaCoalescer(self._log)
+        # The turn whose first deltas were logged, and their kinds: a kind's first is urgent.
+        self._streamed: tuple[str | None, set[str]] = (None, set())
         self.turn: RunningTurn | None = None  # the turn running here, preparing to or finishing
         # Turns that ended here since the state was loaded: their end may not be stored yet,
         # so the store may still say they run (`knows_turn`).
@@ -134,9 +136,23 @@ class LiveConversation:
         event = EventRecord(conversation_id=self.id, seq=seq, type=kind, turn_id=turn_id, frame=text)
         self._uncommitted.append((seq, text))
         self._writer.submit([*ops, AppendEvents(self.owner, self.id, (event,))],
-                            lambda: self._committed((seq, turn_id, kind, text)))
+                            lambda: self._committed((seq, turn_id, kind, text)), urgent=self._urgent(frame, turn_id))
         if self._writer.unavailable:
             self.show_uncommitted()
+
+    def _urgent(self, frame: ServerFrame, turn_id: str | None) -> bool:
+        """Whether a person waits on the frame (the writer commits it ahead of other
+        conversations' bulk rows): everything but streamed deltas, and the first delta of each
+        kind in a turn (its first text)."""
+        if not isinstance(frame, DELTAS):
+            return True
+        turn, kinds = self._streamed
+        if turn != turn_id:
+            self._streamed = turn, kinds = turn_id, set()
+        if frame.type in kinds:
+            return False
+        kinds.add(frame.type)
+        return True
 
     def _committed(self, frame: Committed) -> None:
         seq = frame[0]

@@ -9,6 +9,15 @@ A big write (a summary replacing a history, a large artifact version) must not h
 other conversations' frames: the scopes with one are committed in a transaction of their
 own, after the others' (order within a scope is kept; scopes never touch each other's rows).
 
+Urgent work goes first (the lane for what a person waits on: a turn's `done`, an abort's
+frames, an approval, a turn's first text; see `submit`). What a batch holds is committed in
+chunks of at most CHUNK characters, and before each chunk the scopes with urgent work queued
+take their turn: all that is queued of such a scope (its earlier, bulk submissions too, in
+order: a conversation's frames are stored in seq order) is committed in a transaction of its
+own, ahead of the bulk rows of other scopes. So an urgent frame waits for one bounded chunk
+at most, never for thousands of other conversations' rows, and the event loop (on which a
+small commit runs, see SqliteStore) is let go between chunks to take in what came meanwhile.
+
 A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
 see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
 that conversation only. A store that is unavailable (a cut connection, a full disk) loses
@@ -41,7 +50,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from chat_agent.store.base import ConstraintError, FencedOut, Store, StoreError, StoreUnavailable
@@ -61,6 +70,10 @@ HEAVY = 64 * 1024  # characters a scope writes in one batch past which it commit
 IDLE_PASS = 50e-6
 SETTLE_MAX = 0.002
 SETTLED = 16
+# Characters a chunk of bulk writes holds at most (an op counts OP_CHARS more): a commit
+# urgent work may wait for (on SQLite ~1-3 ms on the event loop). See the module's doc.
+CHUNK = 48 * 1024
+OP_CHARS = 256
 # Seconds a write that nobody waits for (no callback, no `wait_for`) may wait for the next
 # commit; see `_submit`.
 DEFER = 0.02
@@ -120,6 +133,7 @@ class _Submission:
     outcome: _Outcome
     fence: tuple[str, int] | None = None  # the scope's lease when it was submitted
     ticket: int = 0  # of its submit
+    urgent: bool = False  # its scope's queued writes go ahead of other scopes' (see `submit`)
     lost: bool = False
     stored: bool = False  # an attempt that seemed to fail was found committed (see `_resolve`)
     failures: int = 0  # attempts that failed for a reason other than an unavailable store
@@ -187,6 +201,38 @@ def _split(batch: list[_Submission]) -> tuple[list[_Submission], list[_Submissio
     return [s for s in batch if s.scope not in heavy], [s for s in batch if s.scope in heavy]
 
 
+def _chunks(batch: list[_Submission], limit: int) -> list[list[_Submission]]:
+    """The batch cut, in order, into chunks of at most `limit` characters (a submission that
+    writes more is a chunk of its own)."""
+    chunks: list[list[_Submission]] = []
+    size = limit
+    for submission in batch:
+        weight = sum(_weight(op) + OP_CHARS for op in submission.ops)
+        if size + weight > limit:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(submission)
+        size += weight
+    return chunks
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one wake of the writer commits: the chunks still to write, and the submissions
+    that wait for the store (tried again, in order, once it takes writes)."""
+
+    chunks: list[list[_Submission]]
+    waiting: list[_Submission] = field(default_factory=list)
+    refusals: int = 0  # scopes in a row that found the store unavailable (see `_by_scope`)
+
+    def without(self, scopes: set[str]) -> list[_Submission]:
+        """Takes the submissions of `scopes` out of the chunks to write; returns them in order."""
+        taken = [s for chunk in self.chunks for s in chunk if s.scope in scopes]
+        if taken:
+            self.chunks = [kept for chunk in self.chunks if (kept := [s for s in chunk if s.scope not in scopes])]
+        return taken
+
+
 def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
     scopes: dict[str, list[Op]] = {}
     for op in ops:
@@ -195,9 +241,12 @@ def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
 
 
 class StoreWriter:
-    def __init__(self, store: Store, *, retry_delay: float = RETRY_FIRST, attempts: int = 3):
+    def __init__(self, store: Store, *, retry_delay: float = RETRY_FIRST, attempts: int = 3, chunk: int = CHUNK):
         self._store = store
+        self._chunk = chunk
         self._queue: list[_Submission] = []
+        self._urgent = False  # urgent submissions were queued since the last look (`_take_urgent`)
+        self._round: _Round | None = None  # while the writer commits
         self._wake = asyncio.Event()
         self._submitted = 0  # tickets: the n-th submit is processed once `_processed >= n`
         self._processed = 0
@@ -227,18 +276,22 @@ class StoreWriter:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
 
-    def submit(self, ops: Sequence[Op], on_commit: Callback | None = None) -> int:
+    def submit(self, ops: Sequence[Op], on_commit: Callback | None = None, *, urgent: bool = False) -> int:
         """Queues ops; returns a ticket for `wait_for`. Never blocks. The callback runs once
-        they are committed, and never if any of them is lost."""
-        return self._submit(ops, on_commit, None)
+        they are committed, and never if any of them is lost. Urgent ops (what a person waits
+        on) are committed ahead of other scopes' queued writes, with their own scope's
+        earlier ones: only the order across scopes changes, which `op_scope` allows."""
+        return self._submit(ops, on_commit, None, urgent)
 
     async def commit(self, ops: Sequence[Op]) -> None:
-        """Submits ops and returns once they are committed; NotStored if they were lost."""
+        """Submits ops and returns once they are committed; NotStored if they were lost.
+        Urgent: someone waits for them."""
         done = asyncio.get_running_loop().create_future()
-        self._submit(ops, None, done)
+        self._submit(ops, None, done, True)
         await done
 
-    def _submit(self, ops: Sequence[Op], on_commit: Callback | None, done: asyncio.Future[None] | None) -> int:
+    def _submit(self, ops: Sequence[Op], on_commit: Callback | None, done: asyncio.Future[None] | None,
+                urgent: bool) -> int:
         if self._closing and not self._abandoned:
             raise RuntimeError("store writer is closed")
         parts = _by_scope(ops) or {"": []}
@@ -251,7 +304,9 @@ class StoreWriter:
             if scope in self._lost or scope in self._handed:
                 outcome.settle(committed=False)  # its state is being brought back in line, or not ours
             else:
-                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1))
+                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1,
+                                               urgent))
+                self._urgent = self._urgent or urgent
         self._submitted += 1
         if on_commit is not None or done is not None:
             self._ask()
@@ -352,10 +407,13 @@ class StoreWriter:
         left = sum(len(s.ops) for s in self._queue)
         log.error("stopping with the store unavailable for %.0f s: %d writes were not stored",
                   self.unavailable_for(), left)
+        round_ = self._round
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         queue, self._queue = self._queue, []
+        if round_ is not None:  # what the batch under way had not tried yet, or held back
+            queue = round_.waiting + [s for chunk in round_.chunks for s in chunk] + queue
         for submission in queue:
             submission.outcome.settle(committed=False)
         self._processed = self._submitted
@@ -388,16 +446,7 @@ class StoreWriter:
                 self._deferred = None
             batch, ticket = self._queue, self._submitted
             self._queue = []
-            waiting: list[_Submission] = []
-            self._arm_stall()
-            try:
-                for part in _split(batch):
-                    if part:
-                        waiting += await self._commit(part)
-            finally:
-                if self._stall is not None:
-                    self._stall.cancel()
-                    self._stall = None
+            waiting = await self._commit_round(batch)
             if waiting:  # the store is unavailable: they go first, once it takes writes again
                 self._queue = waiting + self._queue
                 ticket = min(s.ticket for s in waiting) - 1
@@ -412,6 +461,57 @@ class StoreWriter:
                 self._wake.set()
             else:
                 pause = self._retry_delay
+
+    async def _commit_round(self, batch: list[_Submission]) -> list[_Submission]:
+        """Commits the batch chunk by chunk, each scope with urgent work queued (in the batch or
+        since) ahead of the next chunk; returns the submissions to try again, in order."""
+        light, heavy = _split(batch)
+        round_ = self._round = _Round(_chunks(light, self._chunk) + _chunks(heavy, self._chunk))
+        self._urgent = True  # the batch's own urgent work goes first
+        try:
+            while True:
+                if urgent := self._take_urgent(round_):
+                    await self._commit_part(round_, urgent)
+                if not round_.chunks:
+                    return round_.waiting
+                await self._commit_part(round_, round_.chunks.pop(0))
+                if round_.chunks:
+                    await asyncio.sleep(0)  # the loop takes in what came meanwhile (an abort, say)
+        finally:
+            self._round = None
+
+    def _take_urgent(self, round_: _Round) -> list[_Submission]:
+        """Everything queued of the scopes with urgent work, in order: what the round still
+        holds of them (submitted earlier), then what was queued since."""
+        if not self._urgent:
+            return []
+        self._urgent = False
+        scopes = {s.scope for s in self._queue if s.urgent}
+        scopes.update(s.scope for chunk in round_.chunks for s in chunk if s.urgent)
+        if not scopes:
+            return []
+        later = [s for s in self._queue if s.scope in scopes]
+        if later:
+            self._queue = [s for s in self._queue if s.scope not in scopes]
+        return round_.without(scopes) + later
+
+    async def _commit_part(self, round_: _Round, part: list[_Submission]) -> None:
+        """Commits a part of the round, but not what a scope whose earlier writes wait for the
+        store submitted after them: that waits too, behind them."""
+        if held := {s.scope for s in round_.waiting}:
+            round_.waiting += [s for s in part if s.scope in held]
+            part = [s for s in part if s.scope not in held]
+        if not part:
+            return
+        # Timed per commit, not per batch: a batch of several commits, each in time, is no
+        # sign of a store that does not answer.
+        self._arm_stall()
+        try:
+            round_.waiting += await self._commit(part)
+        finally:
+            if self._stall is not None:
+                self._stall.cancel()
+                self._stall = None
 
     def _arm_stall(self) -> None:
         self._stall_due = _clock() + STALLED
@@ -482,6 +582,8 @@ class StoreWriter:
         return waiting
 
     async def _write(self, batch: list[_Submission]) -> list[_Submission]:
+        if self._round is not None and self._round.refusals >= 2:
+            return batch  # the store was found unavailable this round: not tried again now
         error = await self._try(batch)
         # The store names every conversation whose lease changed hands: those are lost at
         # once, and the rest goes in again together.
@@ -507,18 +609,18 @@ class StoreWriter:
         for submission in batch:
             pending.setdefault(submission.scope, []).append(submission)
         waiting: list[_Submission] = []
-        unavailable = 0
+        round_ = self._round or _Round([])
         for scope, submissions in pending.items():
-            if unavailable >= 2:
+            if round_.refusals >= 2:
                 waiting += submissions
                 continue
             error = await self._try(submissions)
             if error is None:
-                unavailable = 0
+                round_.refusals = 0
             elif isinstance(error, (ConstraintError, FencedOut)):
                 self._lose(scope, submissions, error)
             elif isinstance(error, UNAVAILABLE):
-                unavailable += 1
+                round_.refusals += 1
                 waiting += submissions
             elif max(s.failures for s in submissions) + 1 >= self._attempts:
                 self._lose(scope, submissions, error)  # not the store's state: something no retry mends
@@ -617,8 +719,10 @@ class StoreWriter:
         for submission in submissions:
             submission.lost = not submission.stored
         # What was queued behind them builds on them: it is lost as well.
-        for submission in [s for s in self._queue if s.scope == scope]:
-            self._queue.remove(submission)
+        behind = self._round.without({scope}) if self._round is not None else []
+        for submission in behind + [s for s in self._queue if s.scope == scope]:
+            if submission in self._queue:
+                self._queue.remove(submission)
             submission.outcome.settle(committed=False)
         self._lost.add(scope)
         self.losses.put_nowait(scope)

@@ -58,7 +58,22 @@ def rerun_unsafe(hub: Hub) -> None:
     hub.registry._resumer.repeatable = lambda name: True  # type: ignore[union-attr, method-assign]
 
 
-HUB_BUGS = {"rerun-unsafe": rerun_unsafe}
+def urgent_alone(hub: Hub) -> None:
+    """The writer's urgent lane takes an urgent frame ahead without its conversation's earlier
+    frames (which the lane must take along: a conversation's frames are stored in seq order)."""
+    writer = hub.writer
+
+    def take(round_: Any) -> list[Any]:
+        writer._urgent = False
+        taken = [s for chunk in round_.chunks for s in chunk if s.urgent] + [s for s in writer._queue if s.urgent]
+        round_.chunks = [kept for chunk in round_.chunks if (kept := [s for s in chunk if not s.urgent])]
+        writer._queue = [s for s in writer._queue if not s.urgent]
+        return taken
+
+    writer._take_urgent = take  # type: ignore[method-assign]
+
+
+HUB_BUGS = {"rerun-unsafe": rerun_unsafe, "urgent-alone": urgent_alone}
 
 
 class Bugs:

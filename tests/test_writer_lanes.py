@@ -1,0 +1,105 @@
+"""The writer's urgent lane, against a real SQLite file and a real PostgreSQL schema: bulk
+writes are committed in bounded chunks, and a scope with urgent work queued goes ahead of
+the other scopes' bulk rows with its own earlier writes, in order. Faults met mid-way (a
+scope whose writes break a constraint, or that the store cannot take yet) keep what they
+keep without the lane: nothing told that is not stored, nothing stored out of order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from chat_agent.store import AppendEvents, CreateConversation, EventRecord, Store, StoreWriter
+from tests.stores import Backend
+from tests.test_writer import allow, refuse
+
+OWNER = "u"
+BULK = [f"bulk{i}" for i in range(12)]
+FRAME = "x" * 900  # a chunk (CHUNK below) holds a few of these
+CHUNK = 4096
+
+
+def frames(cid: str, *seqs: int) -> AppendEvents:
+    return AppendEvents(OWNER, cid, tuple(EventRecord(cid, s, "content_chunk", None, FRAME) for s in seqs))
+
+
+async def seqs(store: Store, cid: str) -> list[int]:
+    return [e.seq for e in await store.events_after(OWNER, cid, 0)]
+
+
+@pytest.fixture
+async def lanes(backend: Backend):
+    store = backend.new()
+    await store.open()
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK)
+    writer.start()
+    await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui", "doomed"]])
+    yield store, writer, backend
+    await writer.close()
+    await store.close()
+
+
+def stream(writer: StoreWriter, told: list[str], seqs_: range, cids: list[str] = BULK) -> None:
+    """Bulk frames of every conversation in `cids`, one submit per frame, round robin."""
+    for seq in seqs_:
+        for cid in cids:
+            writer.submit([frames(cid, seq)], lambda cid=cid, seq=seq: told.append(f"{cid} {seq}"))
+
+
+async def test_an_urgent_frame_goes_ahead_of_other_conversations_bulk_with_its_own_earlier_frames(lanes):
+    store, writer, _ = lanes
+    told: list[str] = []
+    writer.submit([frames("ui", 1)], lambda: told.append("ui 1"))  # bulk, queued first
+    stream(writer, told, range(1, 6))
+    writer.submit([frames("ui", 2)], lambda: told.append("ui 2"), urgent=True)  # `done`, say
+    await writer.flush()
+    assert told[:2] == ["ui 1", "ui 2"]  # ahead of 60 bulk frames queued before it, its own first
+    for cid in BULK:  # each conversation's frames still in order
+        assert [t for t in told if t.startswith(f"{cid} ")] == [f"{cid} {s}" for s in range(1, 6)]
+        assert await seqs(store, cid) == [1, 2, 3, 4, 5]
+    assert await seqs(store, "ui") == [1, 2] and len(told) == 62
+
+
+async def test_urgent_work_submitted_while_bulk_commits_waits_for_one_chunk_at_most(lanes):
+    store, writer, _ = lanes
+    told: list[str] = []
+    stream(writer, told, range(1, 11))  # 120 frames: ~30 chunks
+    while not told:  # the first chunk is committed: the writer is under way with the rest
+        await asyncio.sleep(0)
+    writer.submit([frames("ui", 1)], lambda: told.append("ui 1"), urgent=True)
+    await writer.flush()
+    before = told.index("ui 1")
+    assert 0 < before <= 2 * (CHUNK // len(FRAME))  # the chunk under way, and the one that was committing
+    assert await seqs(store, "ui") == [1] and all([await seqs(store, cid) for cid in BULK])
+
+
+async def test_a_scope_lost_mid_round_loses_what_its_later_chunks_hold(lanes):
+    store, writer, backend = lanes
+    refuse(backend, "doomed", how="constraint")
+    told: list[str] = []
+    stream(writer, told, range(1, 8), [*BULK[:4], "doomed"])  # doomed's frames spread over chunks
+    writer.submit([frames("ui", 1)], lambda: told.append("ui 1"), urgent=True)
+    await writer.flush()
+    assert not [t for t in told if t.startswith("doomed")] and await seqs(store, "doomed") == []
+    assert writer.lost("doomed") and "ui 1" in told
+    for cid in BULK[:4]:
+        assert await seqs(store, cid) == list(range(1, 8))
+
+
+async def test_a_scope_the_store_cannot_take_yet_holds_its_later_chunks_back_in_order(lanes):
+    store, writer, backend = lanes
+    refuse(backend, "doomed", how="disk")
+    told: list[str] = []
+    stream(writer, told, range(1, 8), [*BULK[:4], "doomed"])
+    assert await writer.availability.get() is False
+    writer.submit([frames("doomed", 8)], lambda: told.append("doomed 8"), urgent=True)  # its abort's `done`
+    await asyncio.sleep(0.2)
+    assert not [t for t in told if t.startswith("doomed")] and await seqs(store, "doomed") == []
+    allow(backend, "doomed")
+    await asyncio.wait_for(writer.flush(), 10)
+    assert [t for t in told if t.startswith("doomed")] == [f"doomed {s}" for s in range(1, 9)]
+    assert await seqs(store, "doomed") == list(range(1, 9))
+    for cid in BULK[:4]:
+        assert await seqs(store, cid) == list(range(1, 8))
