@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from importlib.metadata import version as _package_version
 from chat_agent.config import PROVIDERS, Settings
 from chat_agent.web.auth import LOOPBACK_HOSTS, Authenticator
 from chat_agent.web.errors import error
@@ -54,10 +53,10 @@ async def health(request: Request) -> JSONResponse:
             if await caller(request) is None:
                 return error(401, "unauthorized", "A valid token is required for the details; without one, "
                                                   "/health answers only its status.")
-            return _details(hub)
+            return _details(hub, request.app.state.version)
         return JSONResponse({"status": "ok"})
     if settings.host in LOOPBACK_HOSTS:
-        return _details(hub)
+        return _details(hub, request.app.state.version)
     return JSONResponse({"status": "ok"})
 
 
@@ -66,10 +65,10 @@ async def usage(request: Request, hub: Hub, owner: str) -> JSONResponse:
     return JSONResponse({"user": owner, "quotas": await request.app.state.quotas.usage(owner)})
 
 
-def _details(hub: Hub) -> JSONResponse:
+def _details(hub: Hub, version: str) -> JSONResponse:
     settings = hub.settings
     return JSONResponse({
-        "status": "ok", "version": _package_version("chat-agent"), "model": settings.model, "smallModel": settings.small_model,
+        "status": "ok", "version": version, "model": settings.model, "smallModel": settings.small_model,
         "anthropic": {"configured": bool(settings.anthropic_api_key)},  # 1.0's field; all of them in `providers`
         "providers": _providers(settings), "demo": settings.demo,
         "auth": settings.auth_enabled, "storage": hub.store.kind,
