@@ -72,8 +72,9 @@ class LiveConversation:
         self._deltas = DeltaCoalescer(self._log)
         self.turn: RunningTurn | None = None  # the turn running here, preparing to or finishing
         # Turns that ended here since the state was loaded: their end may not be stored yet,
-        # so the store may still say they run (`knows_turn`).
-        self._ended: deque[str] = deque(maxlen=KEEP_TURNS)
+        # so the store may still say they run (`knows_turn`). None until one ends: an empty
+        # deque is ~700 bytes, and most open conversations only sit there.
+        self._ended: deque[str] | None = None
         self.follower: Follower | None = None  # while another instance owns the conversation
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         # The newest client message ids seen while open, so that a retry is known at once;
@@ -261,7 +262,7 @@ class LiveConversation:
     def knows_turn(self, turn_id: str) -> bool:
         """Whether a turn the store holds as running is not cut off at all: it runs here, or
         it ended here and its end is on its way to the store."""
-        return (self.turn is not None and self.turn.id == turn_id) or turn_id in self._ended
+        return (self.turn is not None and self.turn.id == turn_id) or turn_id in (self._ended or ())
 
     def turn_over(self, turn: RunningTurn) -> None:
         """The turn is done: the conversation takes new ones, and lets its history go unless
@@ -269,6 +270,8 @@ class LiveConversation:
         if self.turn is not turn:
             return
         self.turn = None
+        if self._ended is None:
+            self._ended = deque(maxlen=KEEP_TURNS)
         self._ended.append(turn.id)
         if self._unload is not None:
             self._unload.cancel()
@@ -349,7 +352,7 @@ class LiveConversation:
         self._uncommitted.clear()
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
-        self._ended.clear()  # what ran here and was not stored is cut off now: the store says so
+        self._ended = None  # what ran here and was not stored is cut off now: the store says so
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
