@@ -157,17 +157,17 @@ async def main_async(args: argparse.Namespace) -> bool:
     with tempfile.TemporaryDirectory(prefix="bench-idle-") as tmp:
         server = bare = None
         try:
-            server = ChatServer(fake, Path(tmp) / "empty")
-            bare = BareRelay(fake, Path(tmp) / "bare.log")
             soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            server_limit = psutil.Process(server.pid).rlimit(psutil.RLIMIT_NOFILE)
-            print(f"idle connections: {args.connections} sockets in batches of {args.batch}, {args.rounds} rounds; "
-                  f"fd limits: client soft {soft} (hard {hard}), server soft {server_limit[0]}; {load_note()}")
-            if min(soft, server_limit[0]) < args.connections + args.warmup + 100:
+            print(f"idle connections: {args.connections} sockets in batches of {args.batch}, {args.rounds} rounds "
+                  f"(fresh servers each: freed memory is not given back to the system); fd limit {soft} (hard "
+                  f"{hard}, inherited by the servers); {load_note()}")
+            if soft < args.connections + args.warmup + 100:
                 raise SystemExit(f"fd limit too low for {args.connections} sockets: raise `ulimit -n`")
-            servers = {"ours": server, "bare": bare}
             rounds: list[dict[str, dict]] = []
             for r in range(args.rounds):
+                server = ChatServer(fake, Path(tmp) / f"empty-{r}")
+                bare = BareRelay(fake, Path(tmp) / f"bare-{r}.log")
+                servers = {"ours": server, "bare": bare}
                 order = ("bare", "ours") if r % 2 == 0 else ("ours", "bare")
                 print(f"  round {r + 1}:")
                 got = {}
@@ -178,9 +178,14 @@ async def main_async(args: argparse.Namespace) -> bool:
                     if got[name] is None:
                         return False
                 rounds.append(got)
+                if r < args.rounds - 1:
+                    server.stop()
+                    bare.stop()
             kib = median([g["ours"]["kib"] for g in rounds])
             kib_bare = median([g["bare"]["kib"] for g in rounds])
             opening = median([g["ours"]["rate"] / g["bare"]["rate"] for g in rounds])
+            each = ", ".join(f"{g['ours']['rate'] / g['bare']['rate']:.2f}" for g in rounds)
+            print(f"  opening ours/bare per round: {each}")
             times = await health({"ours": f"http://127.0.0.1:{server.port}/health",
                                   "bare": f"http://127.0.0.1:{bare.port}/health"}, args.health)
             for name, values in times.items():
@@ -230,7 +235,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=5000)
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=2, help="rounds of both servers; medians judged")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both servers; medians judged")
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--health", type=int, default=300, help="GETs of /health on each server")
     parser.add_argument("--long", type=int, default=1000, help="sockets on conversations of --turns turns (0: skip)")
