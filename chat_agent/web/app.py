@@ -81,8 +81,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             await _check_shared_files(settings, hub)
             await hub.start_work()
             app.state.hub = hub
-            # Read once: the package's metadata is found by scanning sys.path (~3 ms a call).
-            app.state.version = package_version("chat-agent")
+            # The version read once: the package's metadata is found by scanning sys.path (~3 ms).
+            app.state.health = http.HealthDetails(package_version("chat-agent"))
             app.state.auth = auth
             app.state.quotas = quotas
             app.state.knowledge = knowledge
