@@ -381,9 +381,10 @@ async def until_title(ws: Any) -> bool:
     return True
 
 
-async def _open_session(url: str) -> Any:
+async def open_session(url: str, timeout: float = 30.0) -> Any:
+    """A socket that got its `session` frame (closed again if the first frame is another)."""
     ws = await ws_connect(url)
-    frame = json.loads(await asyncio.wait_for(ws.recv(), 30))
+    frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
     if frame.get("type") != "session":
         await ws.close()
         raise RuntimeError(f"expected `session`, got {frame}")
@@ -397,7 +398,7 @@ async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, 
     CPU is summed over `server_pids`. A socket that fails to open, or a turn that fails (an
     `error` frame, a timeout), is counted in `errors` and left out of the figures."""
     errors = Errors()
-    opened = errors.keep(await asyncio.gather(*(_open_session(urls[i % len(urls)]) for i in range(sessions)),
+    opened = errors.keep(await asyncio.gather(*(open_session(urls[i % len(urls)]) for i in range(sessions)),
                                               return_exceptions=True), "open")
     warm = await asyncio.gather(*(stream_turn(ws, "[[long 50]]") for ws in opened), return_exceptions=True)
     sockets = [ws for ws, result in zip(opened, warm) if not isinstance(result, BaseException)]

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import resource
 import sqlite3
 import sys
@@ -48,8 +47,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (BareRelay, ChatServer, Errors, FakeAnthropicProcess, load_note, median, ms, pct, run,  # noqa: E402
-                     verdict, ws_connect)
+from _common import (BareRelay, ChatServer, Errors, FakeAnthropicProcess, load_note, median, ms,  # noqa: E402
+                     open_session, pct, run, verdict)
 
 import aiohttp  # noqa: E402
 import psutil  # noqa: E402
@@ -79,21 +78,12 @@ async def seed(db: Path, count: int, turns: int) -> None:
                          "WHERE conversation_id = 'c0'", (f"c{n}",))
 
 
-async def open_one(url: str) -> object:
-    ws = await ws_connect(url)
-    frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
-    if frame.get("type") != "session":
-        await ws.close()
-        raise RuntimeError(f"expected session, got {frame}")
-    return ws
-
-
 async def open_many(urls: list[str], batch: int, errors: Errors) -> list:
     """Opens them `batch` at a time; one that fails is counted, not retried."""
     sockets: list = []
     for start in range(0, len(urls), batch):
         chunk = urls[start:start + batch]
-        sockets += errors.keep(await asyncio.gather(*(open_one(url) for url in chunk), return_exceptions=True),
+        sockets += errors.keep(await asyncio.gather(*(open_session(url, 60) for url in chunk), return_exceptions=True),
                                "open")
     return sockets
 
