@@ -124,6 +124,7 @@ class Connection:
             failure = exc
         finally:
             self._serving = None
+            self._open = False  # nothing more is written: the writer is not started again
             if self._sender is not None:
                 self._sender.cancel()
                 await asyncio.gather(self._sender, return_exceptions=True)
