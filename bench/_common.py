@@ -184,7 +184,10 @@ async def ws_connect(url: str) -> Any:
 
 
 async def recv_json(ws: Any, timeout: float = 30.0) -> dict[str, Any]:
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that comes
+    # as the frame does, and a session loop cancelled that way runs on forever.
+    async with asyncio.timeout(timeout):
+        return json.loads(await ws.recv())
 
 
 def send_message(content: str) -> str:

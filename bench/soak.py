@@ -68,14 +68,16 @@ async def one_turn(ws: object) -> float:
 
 
 async def session(url: str, per_conversation: int, now: "Clock") -> None:
-    """Turns until cancelled, each recorded in the minute it ended in."""
-    while True:
+    """Turns until the clock stops (or cancelled), each recorded in the minute it ended in."""
+    while not now.stopped:
         ws = None
         try:
             ws = await ws_connect(url)
             if (await recv_json(ws))["type"] != "session":
                 raise RuntimeError("no session frame")
             for _ in range(per_conversation):
+                if now.stopped:
+                    return
                 took = await one_turn(ws)
                 if (minute := now.minute()) is not None:
                     minute.turns.append(took)
@@ -98,6 +100,7 @@ class Clock:
 
     def __init__(self) -> None:
         self.minutes: list[Minute] = []
+        self.stopped = False
 
     def minute(self) -> Minute | None:
         return self.minutes[-1] if self.minutes else None
@@ -133,6 +136,7 @@ async def main_async(args: argparse.Namespace) -> bool:
                     raise RuntimeError(f"the server died:\n{server.log()}")
             clock.minutes.append(Minute())  # turns ending while the sessions stop count nowhere
         finally:
+            clock.stopped = True
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
