@@ -356,13 +356,23 @@ class BusTap:
         self.seen: dict[tuple[str, int], float] = {}
 
     async def __aenter__(self) -> "BusTap":
-        from chat_agent.sessions.bus import Handlers
-
-        await self.bus.start(Handlers(frames=self._frames))
+        await self.bus.start()
+        self._reader = asyncio.create_task(self._read())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
         await self.bus.close()
+
+    async def _read(self) -> None:
+        """What arrives in the bus's inbox (as an instance's serving loop reads it): frames."""
+        from chat_agent.sessions.messages import Frames
+
+        while True:
+            message = await self.bus.inbox.get()
+            if isinstance(message, Frames):
+                self._frames(message.conversation, message.frames)
 
     def _frames(self, conversation_id: str, frames: list, instance: str = "") -> None:
         now = time.perf_counter()
