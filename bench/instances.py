@@ -320,6 +320,19 @@ async def open_socket(url: str, conversation_id: str | None = None) -> tuple[Any
     return ws, session
 
 
+async def stored_conversation(url: str) -> tuple[Any, str]:
+    """A socket on a new conversation after one short, untimed turn: a conversation is stored
+    with its first message (PROTOCOL 1.2), and only then can another instance open it."""
+    ws, session = await open_socket(url)
+    try:
+        await ws.send(send_message("[[long 5]]"))
+        await read_until_done(ws)
+    except BaseException:
+        await ws.close()
+        raise
+    return ws, session["conversationId"]
+
+
 async def read_until_done(ws: Any, arrivals: dict[int, float] | None = None, timeout: float = 60) -> dict:
     """Frames up to `done` (returned); the arrival time of each seq into `arrivals`."""
     while True:
@@ -382,8 +395,7 @@ class BusTap:
 
 async def watch(a: str, b: str, turns: int, into: Delivery, tap: BusTap | None) -> None:
     """A conversation whose turns run on A (its client sends them), followed by a client on B."""
-    ws_a, session = await open_socket(a)
-    cid = session["conversationId"]
+    ws_a, cid = await stored_conversation(a)
     ws_b = None
     try:
         ws_b, _ = await open_socket(b, cid)
@@ -418,10 +430,10 @@ async def abort_cycle(a: str, b: str, case: str, rng: random.Random, on: str = "
     """A turn started by a client on A, followed by a client on B; `abort` sent on B (or, for
     reference, on A) once B got its first `content_chunk`, 0-50 ms later."""
     prompt, trigger = ABORT_CASES[case]
-    ws_a, session = await open_socket(a)
+    ws_a, cid = await stored_conversation(a)
     ws_b = None
     try:
-        ws_b, _ = await open_socket(b, session["conversationId"])
+        ws_b, _ = await open_socket(b, cid)
         await ws_a.send(send_message(prompt))
         while True:
             frame = await recv_json(ws_b)
