@@ -29,6 +29,7 @@ from chat_agent.tooling import ToolRegistry
 from chat_agent.web.app import create_app
 from chat_agent.web.auth import refuse_open_listen
 from chat_agent.web.deadlines import deadline_protocol
+from chat_agent.web.wsprotocol import LeanWebSocketProtocol
 
 log = logging.getLogger("chat_agent.server")
 
@@ -85,6 +86,7 @@ def serve(settings: Settings, sock: socket.socket, registry: ToolRegistry, trace
     """Runs until a signal stops it; whether it got as far as listening."""
     config = uvicorn.Config(
         create_app(settings, registry=registry), lifespan="on",
+        ws=LeanWebSocketProtocol,  # uvicorn's own, dropping the handshake once answered
         ws_per_message_deflate=False,  # compression costs CPU and memory per socket; frames are small
         # frames past our own limit get a `too_large` error and the socket stays; only far larger
         # ones are cut off by the protocol layer

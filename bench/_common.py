@@ -2,7 +2,10 @@
 a WebSocket client, statistics and the PASS/FAIL line.
 
 Everything runs on loopback. Child processes are started by the benchmark and stopped by it
-(by their own pid), whatever happens.
+(by their own pid), whatever happens: Ctrl-C or SIGTERM cancels the bench (its `finally`
+blocks stop what they started), and if it has not ended GRACE seconds later (stuck in a call
+that does not give way, a libpq connect to a PostgreSQL that ran out of connections, say),
+every child still running is stopped and the process exits.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Sequence
 
@@ -29,6 +34,16 @@ PY = sys.executable
 FAKE_KEY = "bench-key"
 # The fake rejects nothing by model name; this is what the server uses by default.
 MODEL = "claude-sonnet-4-5"
+GRACE = 15.0  # seconds a cancelled bench has to stop its children before they are stopped for it
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+# The children running now, so that a bench stuck after Ctrl-C still leaves none behind.
+_children: set["Child"] = set()
+
+
+def _unblock_stop_signals() -> None:
+    """In a child between fork and exec: the mask `run` set on this thread is inherited, and
+    a child must die of SIGTERM."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def free_port() -> int:
@@ -55,7 +70,8 @@ class Child:
         out = subprocess.PIPE if capture_stdout else (open(log, "ab") if log else subprocess.DEVNULL)
         self.proc = subprocess.Popen(list(argv), cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out,
                                      stderr=subprocess.STDOUT if log or capture_stdout else subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_unblock_stop_signals)
+        _children.add(self)
 
     @property
     def pid(self) -> int:
@@ -65,6 +81,7 @@ class Child:
         return self.proc.poll() is None
 
     def stop(self, timeout: float = 10.0) -> None:
+        _children.discard(self)
         if self.proc.poll() is not None:
             return
         self.proc.send_signal(signal.SIGTERM)
@@ -143,6 +160,22 @@ class ChatServer(Child):
         return f"ws://127.0.0.1:{self.port}/api/chat-agent"
 
 
+class BareRelay(Child):
+    """bench/bare_relay.py, the baseline relay, as a child process."""
+
+    def __init__(self, fake: FakeAnthropicProcess, log: Path):
+        self.port = free_port()
+        # The environment ours gets, so that bare_relay.py builds the same request.
+        env = server_env(fake, log.parent / "bare-data", self.port)
+        super().__init__([PY, str(Path(__file__).with_name("bare_relay.py")), "--port", str(self.port)], env=env,
+                         log=log)
+        self.wait_ready(f"http://127.0.0.1:{self.port}/health")
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/api/chat-agent"
+
+
 async def ws_connect(url: str) -> Any:
     import websockets
     # Same settings as the project's own tests: no compression, no frame size cap, no pings.
@@ -151,7 +184,10 @@ async def ws_connect(url: str) -> Any:
 
 
 async def recv_json(ws: Any, timeout: float = 30.0) -> dict[str, Any]:
-    return json.loads(await asyncio.wait_for(ws.recv(), timeout))
+    # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that comes
+    # as the frame does, and a session loop cancelled that way runs on forever.
+    async with asyncio.timeout(timeout):
+        return json.loads(await ws.recv())
 
 
 def send_message(content: str) -> str:
@@ -194,11 +230,103 @@ def use_uvloop() -> None:
 
 def run(main_async: Callable[[Any], Awaitable[bool]], args: Any, *, fds: int | None = None) -> int:
     """Runs a bench on uvloop where installed, with `fds` file descriptors allowed if given;
-    exit status 0 when it met its target."""
+    exit status 0 when it met its target, 1 when it missed it, 130 when stopped by a signal.
+
+    SIGINT and SIGTERM are taken by a thread of their own (blocked in this one), so they are
+    seen even while this thread is stuck in C: the bench is cancelled, and GRACE seconds
+    later whatever it started and did not stop is stopped and the process exits."""
     if fds is not None:
         raise_fd_limit(fds)
     use_uvloop()
-    return 0 if asyncio.run(main_async(args)) else 1
+    main: dict[str, Any] = {}
+
+    async def guarded() -> bool:
+        main["loop"], main["task"] = asyncio.get_running_loop(), asyncio.current_task()
+        return await main_async(args)
+
+    def on_signal() -> None:
+        signum = signal.sigwait(STOP_SIGNALS)
+        print(f"\n{signal.Signals(signum).name}: stopping (children are stopped in at most {GRACE:.0f} s)",
+              file=sys.stderr, flush=True)
+        if "task" in main:
+            main["loop"].call_soon_threadsafe(main["task"].cancel)
+        time.sleep(GRACE)
+        stop_children()
+        os._exit(130)
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    threading.Thread(target=on_signal, name="bench-signals", daemon=True).start()
+    try:
+        return 0 if asyncio.run(guarded()) else 1
+    except asyncio.CancelledError:
+        return 130
+    finally:
+        stop_children()
+
+
+def stop_children() -> None:
+    """Stops every child still running (each by its own pid and process group)."""
+    for child in list(_children):
+        child.stop(timeout=3)
+
+
+class Errors:
+    """What went wrong, counted by kind instead of ending the bench: a run with a few failed
+    turns still gives its figures, and says how many failed."""
+
+    def __init__(self) -> None:
+        self.kinds: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+
+    def add(self, exc: BaseException, where: str = "") -> None:
+        kind = f"{where}: {type(exc).__name__}" if where else type(exc).__name__
+        self.kinds[kind] += 1
+        self.examples.setdefault(kind, " ".join(str(exc).split())[:200])
+
+    def keep(self, results: Sequence[Any], where: str = "") -> list[Any]:
+        """The results of a `gather(..., return_exceptions=True)` that are not exceptions,
+        counting those that are (a cancellation is passed on: it is the bench's own)."""
+        kept = []
+        for result in results:
+            if isinstance(result, asyncio.CancelledError):
+                raise result
+            if isinstance(result, BaseException):
+                self.add(result, where)
+            else:
+                kept.append(result)
+        return kept
+
+    def __len__(self) -> int:
+        return sum(self.kinds.values())
+
+    def report(self, total: int | None = None) -> str:
+        if not self.kinds:
+            return "errors: 0"
+        of = f" of {total}" if total is not None else ""
+        return f"errors: {len(self)}{of} (" + "; ".join(
+            f"{n}× {kind}: {self.examples[kind]}" for kind, n in self.kinds.most_common()) + ")"
+
+
+def judge_rounds(rounds: Sequence[dict[str, float]], load: str,
+                 targets: Sequence[tuple[str, str, float, bool]]) -> bool:
+    """Prints each round's ratios and judges their median: `targets` are (key, label, target,
+    higher_is_better). One round on two shared cores swings too far to judge alone."""
+    ok = True
+    for key, label, target, higher in targets:
+        values = [r[key] for r in rounds if key in r]
+        if not values:
+            print(f"    {load}: {label}: no round finished -> FAIL")
+            ok = False
+            continue
+        each = ", ".join(f"{v:.2f}" for v in values)
+        ok = verdict(f"    {load}: {label} (rounds {each}; median)", median(values), target,
+                     higher_is_better=higher) and ok
+    return ok
+
+
+def load_note() -> str:
+    """The machine's load, to print beside figures measured on it."""
+    return f"{os.cpu_count()} cores, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
 
 
 def proc_cpu(pid: int) -> float:
@@ -256,37 +384,51 @@ async def until_title(ws: Any) -> bool:
     return True
 
 
+async def open_session(url: str, timeout: float = 30.0) -> Any:
+    """A socket that got its `session` frame (closed again if the first frame is another)."""
+    ws = await ws_connect(url)
+    frame = json.loads(await asyncio.wait_for(ws.recv(), timeout))
+    if frame.get("type") != "session":
+        await ws.close()
+        raise RuntimeError(f"expected `session`, got {frame}")
+    return ws
+
+
 async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, sessions: int, content: str,
                 titled: bool) -> dict[str, Any]:
     """`sessions` sockets, each on a new conversation, spread round robin over `urls`: one
     warm-up turn each (and, if `titled`, its title), then one timed turn each, all at once.
-    CPU is summed over `server_pids`."""
-    sockets = []
-    for i in range(sessions):
-        ws = await ws_connect(urls[i % len(urls)])
-        json.loads(await ws.recv())  # session
-        sockets.append(ws)
-    await asyncio.gather(*(stream_turn(ws, "[[long 50]]") for ws in sockets))  # warm-up
+    CPU is summed over `server_pids`. A socket that fails to open, or a turn that fails (an
+    `error` frame, a timeout), is counted in `errors` and left out of the figures."""
+    errors = Errors()
+    opened = errors.keep(await asyncio.gather(*(open_session(urls[i % len(urls)]) for i in range(sessions)),
+                                              return_exceptions=True), "open")
+    warm = await asyncio.gather(*(stream_turn(ws, "[[long 50]]") for ws in opened), return_exceptions=True)
+    sockets = [ws for ws, result in zip(opened, warm) if not isinstance(result, BaseException)]
+    errors.keep(warm, "warm-up turn")
     if titled:  # the first exchange names the conversation in the background: not part of the stream
         titled_sessions = sum(await asyncio.gather(*(until_title(ws) for ws in sockets)))
-        if titled_sessions < sessions:
-            print(f"    ({sessions - titled_sessions} sessions got no title within 20 s)")
+        if titled_sessions < len(sockets):
+            print(f"    ({len(sockets) - titled_sessions} sessions got no title within 20 s)")
 
     def server_cpu() -> float:
         return sum(proc_cpu(pid) for pid in server_pids)
 
     cpu0, fake0, client0, t0 = server_cpu(), proc_cpu(fake_pid), time.process_time(), time.perf_counter()
-    turns = await asyncio.gather(*(stream_turn(ws, content) for ws in sockets))
+    turns = errors.keep(await asyncio.gather(*(stream_turn(ws, content) for ws in sockets), return_exceptions=True),
+                        "timed turn")
     elapsed = time.perf_counter() - t0
     cpu, client = server_cpu() - cpu0, time.process_time() - client0
     fake_cpu = proc_cpu(fake_pid) - fake0
-    for ws in sockets:
-        await ws.close()
+    await asyncio.gather(*(ws.close() for ws in opened), return_exceptions=True)
+    turns = [t for t in turns if t["arrivals"]]
+    if not turns:
+        raise RuntimeError(f"no turn delivered any text; {errors.report(sessions)}")
     chars = sum(t["chars"] for t in turns)
     frames = sum(t["frames"] for t in turns)
     return {"chars": chars, "per_session": {t["chars"] for t in turns}, "elapsed": elapsed,
             "text_frames": sum(t["text_frames"] for t in turns), "frames": frames,
-            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu,
+            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu, "errors": errors,
             "first": median([t["arrivals"][0][0] for t in turns]), "half": median([half_time(t) for t in turns]),
             "late": median([late_share(t) for t in turns]), "throughput": chars / elapsed,
             "frames_per_s": frames / elapsed}

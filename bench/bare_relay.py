@@ -1,8 +1,13 @@
 """The baseline for `bench/relay.py`: the least a WebSocket relay of a streamed reply can do.
 
 A bare Starlette WebSocket endpoint that, for each incoming `message`, streams a reply from
-the (fake) Anthropic API with the anthropic SDK and sends each text delta as one JSON frame,
-then a `done` frame. No history, no store, no event log, no validation. Served by uvicorn
+the (fake) Anthropic API with the anthropic SDK and relays its text the way ours does, with
+nothing else: the deltas of each ~50 ms are merged into one `content_chunk` (the first after
+a quiet spell goes out at once; chat_agent/sessions/coalesce.py, the same code as ours),
+one task per socket writes the frames, and the stream lets other sockets' work in every
+5 ms as ours does (chat_agent/model/fair.py). Then a `done` frame. No history, no store,
+no event log, no validation: the floor a relay at our cadence can reach. (Sending one frame
+per delta instead measured the frame count, not the relay.) Served by uvicorn
 exactly as `server.py` serves ours (per-message-deflate off, same loop/http/ws choices), and
 calling the API through the same HTTP client (the SDK's aiohttp one) with the same request
 as ours: the system prompt and the tools the same configuration gives ours (from the same
@@ -15,8 +20,10 @@ per request for both, and only what the relays do differs.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+from collections import deque
 from contextlib import asynccontextmanager
 
 import sys
@@ -33,6 +40,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chat_agent.config import Settings  # noqa: E402
 from chat_agent.context.prompting import cached_tools, system_blocks  # noqa: E402
 from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
+from chat_agent.model.fair import FairShare  # noqa: E402
+from chat_agent.protocol import ContentChunk  # noqa: E402
+from chat_agent.sessions.coalesce import DeltaCoalescer  # noqa: E402
 from tools import build_registry  # noqa: E402
 
 MODEL = os.environ.get("CHAT_AGENT_MODEL") or "claude-sonnet-4-5"
@@ -60,21 +70,48 @@ def build_app() -> Starlette:
     async def relay(ws: WebSocket) -> None:
         await ws.accept()
         await ws.send_text(json.dumps({"type": "session"}))  # same handshake shape as ours
+        out: deque[str] = deque()
+        wake = asyncio.Event()
+
+        def emit(frame: ContentChunk) -> None:
+            out.append(json.dumps({"type": "content_chunk", "content": frame.content}))
+            wake.set()
+
+        async def send_loop() -> None:
+            while True:
+                await wake.wait()
+                wake.clear()
+                while out:
+                    await ws.send_text(out.popleft())
+
+        sender = asyncio.create_task(send_loop())
         client = state["client"]
         try:
             while True:
                 frame = json.loads(await ws.receive_text())
                 if frame.get("type") != "message":
                     continue
-                async with client.messages.stream(model=MODEL, max_tokens=MAX_TOKENS, **extras, messages=[
-                        {"role": "user", "content": frame["content"]}]) as stream:
-                    async for event in stream:
-                        if event.type == "text":
-                            await ws.send_text(json.dumps({"type": "content_chunk", "content": event.text}))
-                    final = await stream.get_final_message()
-                await ws.send_text(json.dumps({"type": "done", "stopReason": final.stop_reason}))
+                coalescer = DeltaCoalescer(emit)
+                stop_reason = None
+                # Raw events, as ours reads them: the SDK's MessageStream would rebuild the message
+                # on every event, work the floor need not do.
+                async with await client.messages.create(model=MODEL, max_tokens=MAX_TOKENS, **extras, stream=True,
+                                                        messages=[{"role": "user", "content": frame["content"]}]) \
+                        as events:
+                    fair = FairShare()
+                    async for event in events:
+                        if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                            coalescer.offer(ContentChunk(message_id="m", content=event.delta.text))
+                        elif event.type == "message_delta":
+                            stop_reason = event.delta.stop_reason
+                        await fair.take_turns()
+                coalescer.flush()
+                out.append(json.dumps({"type": "done", "stopReason": stop_reason}))
+                wake.set()
         except WebSocketDisconnect:
             pass
+        finally:
+            sender.cancel()
 
     async def health(request):
         return JSONResponse({"status": "ok"})

@@ -11,6 +11,9 @@ compares; by default all of them are added to the product's tools.
 BENCH_PROFILE=path runs the server under cProfile; `kill -USR1 <pid>` writes the stats so
 collected since the last
 signal to that path (uvicorn ends on a re-raised signal, so there is no "at exit" to hook).
+BENCH_TRACEMALLOC=path traces allocations (10 frames deep); `kill -USR2 <pid>` writes a
+snapshot to path.N (N = 1, 2, ...): compare two with bench/alloc_diff.py, what each idle
+socket holds say.
 """
 
 from __future__ import annotations
@@ -54,7 +57,23 @@ def profile_to(path: str) -> None:
     profiler.enable()
 
 
+def trace_to(path: str) -> None:
+    import signal
+    import tracemalloc
+
+    tracemalloc.start(10)
+    taken = [0]
+
+    def snapshot(signum, frame) -> None:
+        taken[0] += 1
+        tracemalloc.take_snapshot().dump(f"{path}.{taken[0]}")
+
+    signal.signal(signal.SIGUSR2, snapshot)
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_TRACEMALLOC"):
+        trace_to(os.environ["BENCH_TRACEMALLOC"])
     if os.environ.get("BENCH_PROFILE"):
         profile_to(os.environ["BENCH_PROFILE"])
     sys.exit(server.main(build_registry))

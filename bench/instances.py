@@ -64,7 +64,6 @@ import os
 import random
 import re
 import secrets
-import signal
 import sys
 import tempfile
 import time
@@ -76,8 +75,8 @@ from typing import Any
 from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ROOT, ChatServer, FakeAnthropicProcess, drive, median, ms, pct, proc_cpu,  # noqa: E402
-                     recv_json, run, send_message, verdict, ws_connect)
+from _common import (ROOT, ChatServer, Errors, FakeAnthropicProcess, drive, judge_rounds, median, ms, pct,  # noqa: E402
+                     proc_cpu, recv_json, run, send_message, verdict, ws_connect)
 from abort_latency import BACKGROUND, CASES, ping_forever, stream_forever  # noqa: E402
 
 import psutil  # noqa: E402
@@ -117,13 +116,19 @@ def fresh_schema(base: str) -> Iterator[str]:
     import psycopg
 
     schema = f"bench_{secrets.token_hex(6)}"
-    with psycopg.connect(base, autocommit=True) as conn:
+    # Timeouts, so that a PostgreSQL out of connections (or a lock a dying server still holds)
+    # ends the run with an error instead of a wait nothing interrupts.
+    with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
         conn.execute(f'CREATE SCHEMA "{schema}"')
     try:
         yield f"{base}?options={quote(f'-csearch_path={schema}', safe='')}"
     finally:
-        with psycopg.connect(base, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        try:
+            with psycopg.connect(base, autocommit=True, connect_timeout=5) as conn:
+                conn.execute("SET lock_timeout = '15s'")
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        except psycopg.Error as exc:
+            print(f"  could not drop schema {schema}: {' '.join(str(exc).split())}")
 
 
 def redis_reachable(url: str) -> str | None:
@@ -251,47 +256,56 @@ def report_load(name: str, r: dict, db_cpu: float) -> None:
     print(f"    {name:8s} {r['frames_per_s']:7.0f} frames/s ({r['frames']} frames), "
           f"{r['throughput'] / 1000:6.1f} k chars/s, {r['elapsed']:.2f} s; first text {r['first'] * 1000:5.0f} ms, "
           f"half text {r['half'] * 1000:5.0f} ms; CPU servers {r['server_cpu']:.1f} s, fake {r['fake_cpu']:.1f} s, "
-          f"client {r['client_cpu']:.1f} s, postgres+redis (machine) {db_cpu:.1f} s")
+          f"client {r['client_cpu']:.1f} s, postgres+redis (machine) {db_cpu:.1f} s; {r['errors'].report()}")
 
 
 async def throughput(setups: list[Setup], fake: FakeAnthropicProcess, args: argparse.Namespace) -> dict:
-    """{(mode, set-up name): drive() result}, set-ups in alternating order per mode."""
-    results: dict[tuple[str, str], dict] = {}
+    """{(mode, set-up name): [drive() result of each round]}, set-ups in alternating order."""
+    results: dict[tuple[str, str], list[dict]] = {}
     content = f"[[long {args.words}]]"
     for i, mode in enumerate(args.modes):
         text = content + (f" [[slow {args.paced_ms / 1000 * EVENTS_PER_SLOW:g}]]" if mode == "paced" else "")
-        print(f"  {args.sessions} sessions, {mode} upstream, {text}:")
-        for setup in (setups if i % 2 == 0 else setups[::-1]):  # alternate, so drift hits every one
-            await settle([pid for s in setups for pid in s.pids])
-            db0 = service_cpu(("postgres", "redis-server"))
-            r = await drive(setup.urls, setup.pids, fake.pid, args.sessions, text, titled=True)
-            results[mode, setup.name] = r
-            report_load(setup.label, r, service_cpu(("postgres", "redis-server")) - db0)
+        print(f"  {args.sessions} sessions, {mode} upstream, {text}, {args.rounds} rounds:")
+        for r in range(args.rounds):
+            for setup in (setups if (i + r) % 2 == 0 else setups[::-1]):  # alternate, so drift hits every one
+                await settle([pid for s in setups for pid in s.pids])
+                db0 = service_cpu(("postgres", "redis-server"))
+                try:
+                    got = await drive(setup.urls, setup.pids, fake.pid, args.sessions, text, titled=True)
+                except Exception as exc:  # every session failed (PostgreSQL out of connections, say)
+                    print(f"    {setup.label} ({r + 1}): no turn finished: {' '.join(str(exc).split())[:300]}")
+                    continue
+                results.setdefault((mode, setup.name), []).append(got)
+                report_load(f"{setup.label} ({r + 1})", got, service_cpu(("postgres", "redis-server")) - db0)
     return results
 
 
 def judge_throughput(results: dict, setups: list[Setup], modes: list[str]) -> bool:
+    """Per mode and set-up, each round's ratios against sqlite×1's same round; their median judged."""
     ok = True
     for mode in modes:
-        ref = results[mode, "sqlite"]
+        refs = results.get((mode, "sqlite"), [])
         for setup in setups[1:]:
-            r = results[mode, setup.name]
+            rounds = []
+            for r, ref in zip(results.get((mode, setup.name), []), refs):
+                if r["per_session"] != ref["per_session"] or len(ref["per_session"]) != 1:
+                    print(f"  {mode}, {setup.label}: MISMATCH: reply characters per session {r['per_session']} vs "
+                          f"{ref['per_session']}")
+                    ok = False
+                    continue
+                rounds.append({"frames": r["frames_per_s"] / ref["frames_per_s"],
+                               "text": r["throughput"] / ref["throughput"], "first": r["first"] / ref["first"]})
             label = f"  {mode}, {setup.label} vs sqlite×1"
             if not setup.judged:
-                print(f"{label} (for reference, not judged): frames/s {r['frames_per_s'] / ref['frames_per_s']:.3f}, "
-                      f"reply text/s {r['throughput'] / ref['throughput']:.3f}, "
-                      f"first-text p50 {r['first'] / ref['first']:.3f}")
+                if rounds:
+                    print(f"{label} (for reference, not judged, medians): frames/s "
+                          f"{median([x['frames'] for x in rounds]):.3f}, reply text/s "
+                          f"{median([x['text'] for x in rounds]):.3f}, first-text p50 "
+                          f"{median([x['first'] for x in rounds]):.3f}")
                 continue
-            if r["per_session"] != ref["per_session"] or len(ref["per_session"]) != 1:
-                print(f"{label}: MISMATCH: reply characters per session {r['per_session']} vs {ref['per_session']}")
-                ok = False
-                continue
-            ok = verdict(f"{label}: frames/s", r["frames_per_s"] / ref["frames_per_s"], FRAMES_RATIO,
-                         higher_is_better=True) and ok
-            ok = verdict(f"{label}: reply text/s", r["throughput"] / ref["throughput"], FRAMES_RATIO,
-                         higher_is_better=True) and ok
-            ok = verdict(f"{label}: first-text p50 ({ms(r['first'])} vs {ms(ref['first'])})",
-                         r["first"] / ref["first"], FIRST_RATIO, higher_is_better=False) and ok
+            ok = judge_rounds(rounds, label, (("frames", "frames/s", FRAMES_RATIO, True),
+                                              ("text", "reply text/s", FRAMES_RATIO, True),
+                                              ("first", "first-text p50", FIRST_RATIO, False))) and ok
     return ok
 
 
@@ -304,6 +318,19 @@ async def open_socket(url: str, conversation_id: str | None = None) -> tuple[Any
         await ws.close()
         raise RuntimeError(f"expected a session frame, got {session}")
     return ws, session
+
+
+async def stored_conversation(url: str) -> tuple[Any, str]:
+    """A socket on a new conversation after one short, untimed turn: a conversation is stored
+    with its first message (PROTOCOL 1.2), and only then can another instance open it."""
+    ws, session = await open_socket(url)
+    try:
+        await ws.send(send_message("[[long 5]]"))
+        await read_until_done(ws)
+    except BaseException:
+        await ws.close()
+        raise
+    return ws, session["conversationId"]
 
 
 async def read_until_done(ws: Any, arrivals: dict[int, float] | None = None, timeout: float = 60) -> dict:
@@ -342,13 +369,23 @@ class BusTap:
         self.seen: dict[tuple[str, int], float] = {}
 
     async def __aenter__(self) -> "BusTap":
-        from chat_agent.sessions.bus import Handlers
-
-        await self.bus.start(Handlers(frames=self._frames))
+        await self.bus.start()
+        self._reader = asyncio.create_task(self._read())
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
         await self.bus.close()
+
+    async def _read(self) -> None:
+        """What arrives in the bus's inbox (as an instance's serving loop reads it): frames."""
+        from chat_agent.sessions.messages import Frames
+
+        while True:
+            message = await self.bus.inbox.get()
+            if isinstance(message, Frames):
+                self._frames(message.conversation, message.frames)
 
     def _frames(self, conversation_id: str, frames: list, instance: str = "") -> None:
         now = time.perf_counter()
@@ -358,8 +395,7 @@ class BusTap:
 
 async def watch(a: str, b: str, turns: int, into: Delivery, tap: BusTap | None) -> None:
     """A conversation whose turns run on A (its client sends them), followed by a client on B."""
-    ws_a, session = await open_socket(a)
-    cid = session["conversationId"]
+    ws_a, cid = await stored_conversation(a)
     ws_b = None
     try:
         ws_b, _ = await open_socket(b, cid)
@@ -394,10 +430,10 @@ async def abort_cycle(a: str, b: str, case: str, rng: random.Random, on: str = "
     """A turn started by a client on A, followed by a client on B; `abort` sent on B (or, for
     reference, on A) once B got its first `content_chunk`, 0-50 ms later."""
     prompt, trigger = ABORT_CASES[case]
-    ws_a, session = await open_socket(a)
+    ws_a, cid = await stored_conversation(a)
     ws_b = None
     try:
-        ws_b, _ = await open_socket(b, session["conversationId"])
+        ws_b, _ = await open_socket(b, cid)
         await ws_a.send(send_message(prompt))
         while True:
             frame = await recv_json(ws_b)
@@ -454,11 +490,14 @@ async def across(setup: Setup, fake: FakeAnthropicProcess, args: argparse.Namesp
             await asyncio.wait_for(started.wait(), 60)
             await asyncio.sleep(1.0)  # every background stream under way
         cpu0, t0 = cpu(), time.perf_counter()
+        errors = Errors()
         delivery = Delivery()
         async with contextlib.AsyncExitStack() as taps:
             tap = await taps.enter_async_context(BusTap(setup.database_url, setup.redis_url)) \
                 if setup.database_url else None
-            await asyncio.gather(*(watch(a, b, args.watch_turns, delivery, tap) for _ in range(args.watch)))
+            watched = await asyncio.gather(*(watch(a, b, args.watch_turns, delivery, tap) for _ in range(args.watch)),
+                                           return_exceptions=True)
+            errors.keep(watched, "followed conversation")
         pings: list[float] = []
         pinger = asyncio.create_task(ping_forever(b, pings))
         jobs: asyncio.Queue[str] = asyncio.Queue()
@@ -472,10 +511,13 @@ async def across(setup: Setup, fake: FakeAnthropicProcess, args: argparse.Namesp
             rng = random.Random(seed)
             while not jobs.empty():
                 case = jobs.get_nowait()
-                if case.startswith("A:"):
-                    local.append(await abort_cycle(a, b, case[2:], rng, on="A"))
-                else:
-                    aborts[case].append(await abort_cycle(a, b, case, rng))
+                try:
+                    if case.startswith("A:"):
+                        local.append(await abort_cycle(a, b, case[2:], rng, on="A"))
+                    else:
+                        aborts[case].append(await abort_cycle(a, b, case, rng))
+                except (Exception, asyncio.TimeoutError) as exc:
+                    errors.add(exc, f"abort {case}")
 
         for case in names:  # warm-up, one of each, not counted
             await abort_cycle(a, b, case, random.Random(0))
@@ -485,8 +527,10 @@ async def across(setup: Setup, fake: FakeAnthropicProcess, args: argparse.Namesp
         await asyncio.gather(*(worker(100 + seed) for seed in range(args.concurrency)))
         wall, cpu1 = time.perf_counter() - t0, cpu()
         for task in background:
-            if task.done() and task.exception() is not None:
-                raise RuntimeError(f"a background session failed: {task.exception()!r}")
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                errors.add(task.exception(), "background session")
+        if errors:
+            print(f"    {errors.report()}")
         return Across(delivery, aborts, local, pings, sum(counts), wall, {k: cpu1[k] - cpu0[k] for k in cpu0})
     finally:
         for task in [*background, *([pinger] if pinger else [])]:
@@ -590,6 +634,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, help="streaming sessions in the throughput runs (100)")
     parser.add_argument("--words", type=int, help="[[long WORDS]] per session in the throughput runs (1000)")
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["burst", "paced"])
+    parser.add_argument("--rounds", type=int, help="throughput rounds per mode; median ratios judged (3)")
     parser.add_argument("--paced-ms", type=float, default=2.0, help="gap between SSE events when paced")
     parser.add_argument("--background", type=int, help="sessions streaming during delivery and aborts (50)")
     parser.add_argument("--watch", type=int, help="conversations followed across instances (10)")
@@ -602,19 +647,18 @@ def main() -> int:
                         help="skip the reference run on one PostgreSQL instance")
     parser.add_argument("--keep", metavar="DIR", help="keep the servers' data and logs in DIR")
     args = parser.parse_args()
-    defaults = (dict(sessions=10, words=200, background=6, watch=2, watch_turns=1, aborts=8, local_aborts=4,
+    defaults = (dict(rounds=1, sessions=10, words=200, background=6, watch=2, watch_turns=1, aborts=8, local_aborts=4,
                      concurrency=2)
                 if args.quick else
-                dict(sessions=100, words=1000, background=50, watch=10, watch_turns=2, aborts=40, local_aborts=12,
+                dict(rounds=3, sessions=100, words=1000, background=50, watch=10, watch_turns=2, aborts=40, local_aborts=12,
                      concurrency=4))
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    # SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt, also while servers start up,
-    # outside the event loop): every `finally` on the way stops what it started.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C and SIGTERM cancel the run (`_common.run`): every `finally` on the way stops
+    # what it started, and what is still running GRACE seconds later is stopped for it.
     return run(main_async, args, fds=65536)
 
 

@@ -8,9 +8,8 @@ requests every time):
 
 - bare:      the same two model calls made with the SDK (`messages.stream` +
              `get_final_message()`), same messages, system prompt and tool schema, on the
-             SDK's default HTTP client (httpx), as a plain script or LangGraph makes them;
-- bare/aio:  the same on the SDK's aiohttp client, the one our server uses (shown, not
-             judged: it tells what of our lead is the HTTP client's);
+             SDK's default HTTP client (httpx), the one LangGraph's ChatAnthropic uses;
+- bare/aio:  the same on the SDK's aiohttp client, the one our server uses;
 - ours:      `chat_agent.agent.loop.run_turn` in-process, with a `ConversationManager` on a real
              `StoreWriter` and SQLite store (as chat_agent/sessions builds them), the user
              message added as `LiveConversation.start` does, and the writer flushed at the end;
@@ -21,9 +20,12 @@ requests every time):
 - langgraph: `langgraph.prebuilt.create_react_agent` with `ChatAnthropic(streaming=True)`
              and the same tool and system prompt, `ainvoke`.
 
-Overhead = median(variant) - median(bare). Targets: ours (in-process) / LangGraph ≤ 0.5 and
-ours (through the WebSocket) / LangGraph ≤ 0.5. The same ratios against bare/aio are printed
-beside them.
+Overhead = the median of each iteration's variant - bare on the same HTTP client: ours and
+ours/ws against bare/aio, LangGraph against bare (httpx); judging ours against httpx calls
+credited us with aiohttp's lead (a negative overhead). Targets: ours (in-process) / LangGraph ≤ 0.5 and ours
+(through the WebSocket) / LangGraph ≤ 0.5. The differences of the medians are
+printed beside them. A failed turn is counted and the
+iteration left out; the run fails if more than 1% fail.
 With --profile (or when ours misses), cProfile of ours and of bare turns is printed: the CPU
 per turn of each, and ours' own functions (chat_agent, the store) by cumulative time.
 
@@ -33,6 +35,7 @@ per turn of each, and ours' own functions (chat_agent, the store) by cumulative 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import gc
 import io
@@ -47,8 +50,8 @@ import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, send_message,  # noqa: E402
-                     run, verdict, ws_connect)
+from _common import (ChatServer, Errors, FakeAnthropicProcess, load_note, median, ms, pct, recv_json,  # noqa: E402
+                     send_message, run, verdict, ws_connect)
 from bench_tools import noop  # noqa: E402
 
 import anthropic  # noqa: E402
@@ -168,6 +171,8 @@ class WsTurns:
         await self.ws.send(send_message(PROMPT))
         kinds = await self._until("done", "error")
         elapsed = time.perf_counter() - t0
+        if kinds[-1] == "error":
+            raise RuntimeError(f"error frame after {kinds}")
         await self.ws.send(json.dumps({"type": "clear_context"}))
         await self._until("context_update")
         return elapsed, kinds
@@ -175,7 +180,7 @@ class WsTurns:
     async def _until(self, *types: str) -> list[str]:
         kinds = []
         while True:
-            frame = json.loads(await self.ws.recv())
+            frame = json.loads(await asyncio.wait_for(self.ws.recv(), 30))
             kinds.append(frame["type"])
             if frame["type"] in types:
                 return kinds
@@ -246,13 +251,21 @@ async def main_async(args: argparse.Namespace) -> bool:
                     "langgraph": run_graph}
         order = list(variants)
         rng = random.Random(1)
-        for i in range(args.warmup + args.iterations):
+        errors = Errors()
+        iterations = args.warmup + args.iterations
+        for i in range(iterations):
             if i == args.warmup:
                 flushes.clear()
             rng.shuffle(order)  # no variant always runs after LangGraph's garbage
             if i % 25 == 0:
                 gc.collect()
-            sample = {name: await variants[name]() for name in order}
+            try:
+                sample = {name: await variants[name]() for name in order}
+            except Exception as exc:  # counted; the iteration is left out (a broken socket is opened again)
+                errors.add(exc)
+                await ws.close()
+                ws.ws = None
+                continue
             if i >= args.warmup:
                 for name, t in sample.items():
                     times[name].append(t)
@@ -261,22 +274,21 @@ async def main_async(args: argparse.Namespace) -> bool:
               f"interleaved in random order; fake Anthropic in its own process")
         for name, v in times.items():
             print(f"  {name:9s} median {ms(med[name])}  p10 {ms(pct(v, 10))}  p90 {ms(pct(v, 90))}")
-        over = {name: med[name] - med["bare"] for name in ("ours", "ours/ws", "langgraph")}
-        print("overhead over the two bare SDK calls (median - median bare):")
+        base = {"ours": "bare/aio", "ours/ws": "bare/aio", "langgraph": "bare"}  # the same HTTP client
+        # Each iteration's variant - its bare (the same moment's load), the median of those: the
+        # difference of the medians can even come out negative on a busy machine.
+        over = {name: median([a - b for a, b in zip(times[name], times[b])]) for name, b in base.items()}
+        print("overhead over the two bare SDK calls on the same HTTP client (median of paired differences):")
         for name, o in over.items():
-            paired = median([a - b for a, b in zip(times[name], times["bare"])])
-            print(f"  {name:9s} {ms(o)}   (median of paired differences {ms(paired)})")
+            print(f"  {name:9s} {ms(o)} over {base[name]:8s}  (median - median {ms(med[name] - med[base[name]])})")
         print(f"  of ours: waiting for the store writer's final flush, median {ms(median(flushes))}")
         print("  ours/ws includes the WebSocket hop, the event log in SQLite and the client's frame parsing; "
               "LangGraph has no such layer")
-        # Our server's model calls go through aiohttp, the bare calls and LangGraph's through
-        # httpx: against bare/aio the HTTP client's share of the difference is taken out.
-        aio = {name: med[name] - med["bare/aio"] for name in ("ours", "ours/ws", "langgraph")}
-        print(f"  against bare/aio (the same HTTP client as ours): ours {ms(aio['ours'])}, ours/ws "
-              f"{ms(aio['ours/ws'])}, langgraph {ms(aio['langgraph'])}; ratios in-process "
-              f"{aio['ours'] / aio['langgraph']:.3f}, WebSocket {aio['ours/ws'] / aio['langgraph']:.3f} (not judged)")
+        print(f"  aiohttp vs httpx, bare: {ms(med['bare/aio'] - med['bare'])}; {errors.report(iterations)}; "
+              f"{load_note()}")
+        passed = len(errors) <= iterations // 100
         passed = verdict("per-turn overhead ours(in-process)/LangGraph", over["ours"] / over["langgraph"], TARGET,
-                         higher_is_better=False)
+                         higher_is_better=False) and passed
         passed = verdict("per-turn overhead ours(WebSocket)/LangGraph", over["ours/ws"] / over["langgraph"], TARGET,
                          higher_is_better=False) and passed
         if args.profile or not passed:

@@ -74,8 +74,9 @@ class LiveConversation:
         self._streamed: tuple[str | None, set[str]] = (None, set())
         self.turn: RunningTurn | None = None  # the turn running here, preparing to or finishing
         # Turns that ended here since the state was loaded: their end may not be stored yet,
-        # so the store may still say they run (`knows_turn`).
-        self._ended: deque[str] = deque(maxlen=KEEP_TURNS)
+        # so the store may still say they run (`knows_turn`). None until one ends: an empty
+        # deque is ~700 bytes, and most open conversations only sit there.
+        self._ended: deque[str] | None = None
         self.follower: Follower | None = None  # while another instance owns the conversation
         self._turn_starts: list[int] = []  # first seqs of recent turns, for event retention
         # The newest client message ids seen while open, so that a retry is known at once;
@@ -277,7 +278,7 @@ class LiveConversation:
     def knows_turn(self, turn_id: str) -> bool:
         """Whether a turn the store holds as running is not cut off at all: it runs here, or
         it ended here and its end is on its way to the store."""
-        return (self.turn is not None and self.turn.id == turn_id) or turn_id in self._ended
+        return (self.turn is not None and self.turn.id == turn_id) or turn_id in (self._ended or ())
 
     def turn_over(self, turn: RunningTurn) -> None:
         """The turn is done: the conversation takes new ones, and lets its history go unless
@@ -285,6 +286,8 @@ class LiveConversation:
         if self.turn is not turn:
             return
         self.turn = None
+        if self._ended is None:
+            self._ended = deque(maxlen=KEEP_TURNS)
         self._ended.append(turn.id)
         if self._unload is not None:
             self._unload.cancel()
@@ -370,7 +373,7 @@ class LiveConversation:
         self._uncommitted.clear()
         self._turn_starts = [seq for seq in self._turn_starts if seq <= self._seq]
         self._client_ids.clear()
-        self._ended.clear()  # what ran here and was not stored is cut off now: the store says so
+        self._ended = None  # what ran here and was not stored is cut off now: the store says so
         if self.follower is not None:
             self.follower.stop()
             self.follower = None
@@ -469,6 +472,8 @@ class LiveConversation:
         while True:
             manager, version, ticket = self.manager, self.manager.visible_version, self._writer.ticket
             captured, before, limit = capture()
+            if self.unstored is not None:
+                return captured, None  # nothing of it is stored yet (no message): no history to read
             await self._writer.wait_for(ticket)
             page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
             if self.manager is manager and manager.visible_version == version:

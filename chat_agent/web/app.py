@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
+from importlib.metadata import version as package_version
 from typing import AsyncIterator
 
 from starlette.applications import Starlette
@@ -80,6 +81,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             await _check_shared_files(settings, hub)
             await hub.start_work()
             app.state.hub = hub
+            # The version read once: the package's metadata is found by scanning sys.path (~3 ms).
+            app.state.health = http.HealthDetails(package_version("chat-agent"))
             app.state.auth = auth
             app.state.quotas = quotas
             app.state.knowledge = knowledge
