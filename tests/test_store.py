@@ -229,7 +229,11 @@ async def test_a_live_view_is_one_snapshot_while_the_owner_commits(store: Store)
     views, stop = [], asyncio.Event()
 
     async def owner() -> None:
-        for seq in range(1, 201):
+        # 200 commits at least, and on until the reader has read a few views in between (on a
+        # loaded machine the reader's thread may get few turns while the commits run).
+        seq = 0
+        while seq < 200 or len(views) <= 5:
+            seq += 1
             await store.apply([events_op("c1", range(seq, seq + 1))])
             await asyncio.sleep(0)
         stop.set()

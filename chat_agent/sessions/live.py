@@ -472,8 +472,6 @@ class LiveConversation:
         while True:
             manager, version, ticket = self.manager, self.manager.visible_version, self._writer.ticket
             captured, before, limit = capture()
-            if self.unstored is not None:
-                return captured, None  # nothing of it is stored yet (no message): no history to read
             await self._writer.wait_for(ticket)
             page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
             if self.manager is manager and manager.visible_version == version:
