@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ChatServer, FakeAnthropicProcess, median, ms, pct, recv_json, run,  # noqa: E402
                      send_message, verdict, ws_connect)
-from abort_latency import ping_forever  # noqa: E402
+from abort_latency import ping_forever, stream_forever  # noqa: E402
 
 TARGET_S = 0.100
 FOREGROUND = "[[long 3000]] [[slow 0.3]]"
@@ -61,26 +61,10 @@ async def cycle(url: str, rng: random.Random) -> tuple[float, float]:
         await ws.close()
 
 
-async def stream_forever(url: str, content: str, counts: list[int], ready: asyncio.Event, total: int) -> None:
-    ws = await ws_connect(url)
-    try:
-        await recv_json(ws)  # session
-        counts.append(0)
-        if len(counts) == total:
-            ready.set()
-        while True:
-            await ws.send(send_message(content))
-            while (await recv_json(ws, 120))["type"] != "done":
-                pass
-            counts[-1] += 1
-    finally:
-        await ws.close()
-
-
 async def one_mode(url: str, mode: str, args: argparse.Namespace) -> tuple[list[float], list[float], list[float]]:
     counts: list[int] = []
     ready = asyncio.Event()
-    background = [asyncio.create_task(stream_forever(url, BACKGROUND[mode], counts, ready, args.background))
+    background = [asyncio.create_task(stream_forever(url, counts, ready, args.background, BACKGROUND[mode]))
                   for _ in range(args.background)]
     pings: list[float] = []
     pinger = None
