@@ -74,12 +74,12 @@ class PostgresKnowledge:
         if not rows[0][0]:
             try:
                 await self._query("CREATE EXTENSION IF NOT EXISTS vector")
-            except (errors.InsufficientPrivilege, errors.UniqueViolation, errors.DuplicateObject) as exc:
-                # Two instances creating it at once: the other one's is as good as ours.
-                if isinstance(exc, errors.InsufficientPrivilege):
-                    log.warning("pgvector is available but this role cannot create it (%s): knowledge vectors"
-                                " are scored without it; CREATE EXTENSION vector as a superuser to use it", exc)
-                    return False
+            except errors.InsufficientPrivilege as exc:
+                log.warning("pgvector is available but this role cannot create it (%s): knowledge vectors"
+                            " are scored without it; CREATE EXTENSION vector as a superuser to use it", exc)
+                return False
+            except (errors.UniqueViolation, errors.DuplicateObject):
+                pass  # two instances creating it at once: the other one's is as good as ours
         return True
 
     async def _pgvec_exists(self, table: str) -> bool:
