@@ -27,6 +27,7 @@ from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import ApprovalInfo, ContextUpdate, ReviewInfo, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
 from chat_agent.rejection import FrameRejected
+from chat_agent.sessions.cut import Keep, held
 from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.ownership import Ownership
@@ -85,7 +86,8 @@ class Continuer:
     def repeatable(self, name: str) -> bool:
         return self._agent.registry.repeatable(name) or name in self._settings.repeatable_tools
 
-    async def resume(self, live: LiveConversation, record: TurnRecord) -> RunningTurn | None:
+    async def resume(self, live: LiveConversation, record: TurnRecord,
+                     keep: Keep = held) -> RunningTurn | None:
         """The cut turn, running again here; None when it cannot go on (close it instead)."""
         if not self._settings.continue_turns or record.spec is None:
             return None
@@ -115,8 +117,9 @@ class Continuer:
             log.warning("turn %s of %s cannot be built again (%s); closing it", record.id, live.id, exc.message)
             return None
         # Checked after the reads, with nothing awaited from here on: a turn runs here now, or
-        # another closer (a takeover and the opening it started) got to it first.
-        if live.knows_turn(record.id) or live.turn is not None or live.generation != generation:
+        # another closer (a takeover and the opening it started, or another copy of the
+        # conversation) got to it first.
+        if live.knows_turn(record.id) or live.turn is not None or live.generation != generation or not keep(live):
             log.warning("turn %s of %s: taken up or brought back meanwhile; not continued here", record.id, live.id)
             return None
         running = RunningTurn.adopt(live, record, reply, pending, reviews)

@@ -12,7 +12,7 @@ through the same `finish` a running turn ends with.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 from chat_agent.protocol import ApprovalInfo, MessageStatus, ReviewInfo
 from chat_agent.sessions.live import LiveConversation
@@ -21,8 +21,18 @@ from chat_agent.sessions.turn import RunningTurn
 from chat_agent.store import Store, TurnRecord
 
 
+# Whether `live` is the copy of its conversation this process holds, held again if it was let
+# go meanwhile (`Registry.keep`): a copy let go while a cut turn's reads were awaited, and
+# replaced by a new copy since, must leave the turn to that copy.
+Keep = Callable[[LiveConversation], bool]
+
+
+def held(live: LiveConversation) -> bool:
+    return True
+
+
 class Resumer(Protocol):
-    async def resume(self, live: LiveConversation, record: TurnRecord) -> RunningTurn | None: ...
+    async def resume(self, live: LiveConversation, record: TurnRecord, keep: Keep = held) -> RunningTurn | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +70,21 @@ NOT_SAVED = Cut(
 
 
 async def end_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut,
-                       resumer: Resumer | None = None) -> RunningTurn | bool:
+                       resumer: Resumer | None = None, keep: Keep = held) -> RunningTurn | bool:
     """Continues the turn here (the turn, running again) or closes it (True); False when it
     is not cut off after all (it runs or ended here: the store is behind), or another turn
     runs here now."""
     if live.knows_turn(record.id) or live.turn is not None:
         return False
     if resumer is not None and cut.continues:
-        resumed = await resumer.resume(live, record)
+        resumed = await resumer.resume(live, record, keep)
         if resumed is not None:
             return resumed
-    return await close_cut_turn(live, store, record, cut)
+    return await close_cut_turn(live, store, record, cut, keep)
 
 
-async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut) -> bool:
+async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut,
+                         keep: Keep = held) -> bool:
     """Closes the turn; False when it is not cut off after all (it runs or ended here: the
     store is behind), or another turn runs here now."""
     if live.knows_turn(record.id) or live.turn is not None:
@@ -83,8 +94,8 @@ async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecor
     reply, unfinished = await reply_from_log(store, record, pending=pending, reviews=reviews)
     await live.load()  # the model-facing history, let go again once the turn is over
     # Checked after the reads, with nothing awaited from here on: two closers (a takeover and
-    # the opening it started, say) must not both close it.
-    if live.knows_turn(record.id) or live.turn is not None:
+    # the opening it started, say), nor two copies of the conversation, must not both close it.
+    if live.knows_turn(record.id) or live.turn is not None or not keep(live):
         return False
     live.manager.begin_reply(record.message_id)  # what the repair adds is that reply's
     live.manager.repair(unfinished, cut.note, cut.result)

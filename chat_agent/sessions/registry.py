@@ -225,10 +225,8 @@ class Registry:
         # either can be told apart in: both are closed.
         resumer = self._resumer if len(turns) == 1 else None
         for turn in turns:
-            ended = await end_cut_turn(live, self.store, turn, cut, resumer)
+            ended = await end_cut_turn(live, self.store, turn, cut, resumer, self.keep)
             if isinstance(ended, RunningTurn):
-                if not self.keep(live):
-                    await ended.abort()  # another copy was opened meanwhile: that one has it
                 self.spawn(self._continued(live, ended), f"continued:{live.id}")
             closed = bool(ended) or closed
         return closed

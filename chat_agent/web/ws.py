@@ -41,37 +41,12 @@ class _Replay:
     after_seq: int
 
 
-class _Wake:
-    """asyncio.Event for the one task that waits on it (the sender), without the deque an
-    Event allocates for its waiters: ~760 bytes, held by every idle socket."""
-
-    __slots__ = ("_set", "_waiter")
-
-    def __init__(self) -> None:
-        self._set = False
-        self._waiter: asyncio.Future[None] | None = None
-
-    def set(self) -> None:
-        self._set = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def clear(self) -> None:
-        self._set = False
-
-    async def wait(self) -> None:
-        if self._set:
-            return
-        self._waiter = asyncio.get_running_loop().create_future()
-        try:
-            await self._waiter
-        finally:
-            self._waiter = None
-
-
 class Connection:
     """A listener on one conversation. Frames queue here and one task writes them, so a slow
-    socket never holds up the turn or other clients; `Backlogs` bounds what may queue."""
+    socket never holds up the turn or other clients; `Backlogs` bounds what may queue.
+
+    The socket's own task reads client frames; the writing task exists only while something
+    is queued: an idle socket holds one task, not three (~1.5 KiB each with `asyncio.wait`)."""
 
     def __init__(self, ws: WebSocket, hub: Hub, owner: str, backlogs: Backlogs, quotas: Quotas):
         self.ws = ws
@@ -81,13 +56,16 @@ class Connection:
         self.live: LiveConversation | None = None
         # Made when something is queued and dropped once sent: an empty deque is ~760 bytes.
         self._out: deque[tuple[int | None, str, int] | _Replay] | None = None
-        self._wake = _Wake()
+        self._open = False  # its `session` went out: frames may follow
         self._last_seq = 0  # the newest seq this socket holds: in its `session`, or sent as a frame
         # The seqs sent as frames on this socket, (low, high]: one run, since live frames go out
         # in order and a replay only extends it. None until the first.
         self._sent: tuple[int, int] | None = None
         self._backlogs = backlogs
         self._sender: asyncio.Task[None] | None = None
+        self._serving: asyncio.Task[object] | None = None  # the socket's task, while it reads frames
+        self._stopped = False  # the reading was ended by us (a close asked for, the writing failed)
+        self._send_failure: BaseException | None = None
         self._closing: tuple[int, str | None] | None = None
         self._left = False  # the client closed the socket
 
@@ -99,7 +77,7 @@ class Connection:
     def close(self, code: int, text: str | None = None) -> None:
         if self._closing is None:
             self._closing = (code, text)
-            self._wake.set()
+            self._kick()
 
     def drop_behind(self, queued: int) -> None:
         self._out = None
@@ -129,16 +107,53 @@ class Connection:
             return
         await self.ws.send_text(text)
         del text
-        self._sender = asyncio.create_task(self._send_loop())
-        receiver = asyncio.create_task(self._receive_loop())
+        self._open = True
+        if self._out or self._closing is not None:
+            self._kick()
+        failure: BaseException | None = None
+        self._serving = asyncio.current_task()
         try:
-            await asyncio.wait((self._sender, receiver), return_when=asyncio.FIRST_COMPLETED)
+            await self._receive_loop()
+        except asyncio.CancelledError:
+            if not self._stopped:
+                raise
+            self._serving.uncancel()  # ours, from `_stop_reading`: the close goes out below
+        except GONE:
+            pass
+        except Exception as exc:
+            failure = exc
         finally:
-            for task in (self._sender, receiver):
-                task.cancel()
-            await asyncio.gather(self._sender, receiver, return_exceptions=True)
+            self._serving = None
+            self._open = False  # nothing more is written: the writer is not started again
+            if self._sender is not None:
+                self._sender.cancel()
+                await asyncio.gather(self._sender, return_exceptions=True)
             self._backlogs.forget(self)
-        await self._end(_failure(self._sender, receiver))
+        if failure is None and self._send_failure is not None and not isinstance(self._send_failure, GONE):
+            failure = self._send_failure
+        await self._end(failure)
+
+    def _kick(self) -> None:
+        """Starts the writing task, unless it runs (or the `session` has not gone out yet)."""
+        if self._sender is None and self._open:
+            self._sender = asyncio.create_task(self._send_loop())
+            self._sender.add_done_callback(self._sender_done)
+
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        self._sender = None
+        failure = None if task.cancelled() else task.exception()
+        if failure is not None:
+            self._send_failure = failure
+            self._stop_reading()
+        elif self._closing is not None:
+            self._stop_reading()  # all sent (or dropped behind): the close goes out
+        elif self._out:
+            self._kick()
+
+    def _stop_reading(self) -> None:
+        if self._serving is not None and not self._stopped:
+            self._stopped = True
+            self._serving.cancel()
 
     async def _end(self, failure: BaseException | None) -> None:
         """Closes the socket as the way the loops ended says: our failure (1011, never a
@@ -158,27 +173,23 @@ class Connection:
         await self.ws.close(code)
 
     async def _send_loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            while self._out:
-                item = self._out.popleft()
-                if isinstance(item, _Replay):
-                    await self._replay(item.after_seq)
-                    continue
-                seq, text, size = item
-                self._backlogs.sent(self, size)
-                if seq is not None:
-                    if seq > self._last_seq + 1:
-                        await self._fill(seq)
-                    if seq <= self._last_seq:
-                        continue  # already in the snapshot or a replay
-                    self._last_seq = seq
-                    self._mark_sent(seq - 1, seq)
-                await self.ws.send_text(text)
-            self._out = None
-            if self._closing is not None:
-                return
+        """Writes what is queued, then ends (`_kick` starts it again for the next frames)."""
+        while self._out:
+            item = self._out.popleft()
+            if isinstance(item, _Replay):
+                await self._replay(item.after_seq)
+                continue
+            seq, text, size = item
+            self._backlogs.sent(self, size)
+            if seq is not None:
+                if seq > self._last_seq + 1:
+                    await self._fill(seq)
+                if seq <= self._last_seq:
+                    continue  # already in the snapshot or a replay
+                self._last_seq = seq
+                self._mark_sent(seq - 1, seq)
+            await self.ws.send_text(text)
+        self._out = None
 
     async def _fill(self, seq: int) -> None:
         """Frames before `seq` this socket never got (written while its instance changed from
@@ -285,7 +296,7 @@ class Connection:
                     # Ahead of live frames queued meanwhile: the replay reads them from the log
                     # too (they are committed), in order, and they are skipped once sent.
                     self._outbox().appendleft(_Replay(after_seq))
-                    self._wake.set()
+                    self._kick()
             case PingIn():
                 # Ahead of whatever streams meanwhile (a client measures its connection with
                 # it, and a pong behind a burst of frames would say the link is down).
@@ -313,18 +324,8 @@ class Connection:
             self._outbox().appendleft((seq, text, size))
         else:
             self._outbox().append((seq, text, size))
-        self._wake.set()
+        self._kick()
         self._backlogs.add(self, size)  # last: it may drop this connection, or another
-
-
-def _failure(*tasks: asyncio.Task[None]) -> BaseException | None:
-    """The exception that ended one of the loops, unless it only says the socket went away."""
-    for task in tasks:
-        if task.done() and not task.cancelled():
-            exc = task.exception()
-            if exc is not None and not isinstance(exc, GONE):
-                return exc
-    return None
 
 
 _TOO_DEEP = "The frame is nested too deeply."
