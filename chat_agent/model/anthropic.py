@@ -8,7 +8,7 @@ from typing import Any, AsyncIterator
 
 import anthropic
 import httpx2
-from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types import Message
 
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 # disconnected" (measured against the fake: a few in a hundred reused at 4.9-5 s).
 LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keepalive_expiry=4.0)
 # The stream `messages.create(stream=True)` returns, for the same call made with the SDK's
-# own `post` (see `_stream_once`).
-EVENTS = anthropic.AsyncStream[RawMessageStreamEvent]
+# own `post` (see `_stream_once`), with each event left as the API's JSON: the SDK builds no
+# model object per event (`_process_response_data` passes data through for `object`), and
+# the accumulator reads the few fields a delta has (chat_agent/model/accumulate.py).
+EVENTS = anthropic.AsyncStream[object]
 # Errors the API reports that are worth another try of the same request.
 _RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
 
