@@ -14,6 +14,10 @@ signal to that path (uvicorn ends on a re-raised signal, so there is no "at exit
 BENCH_TRACEMALLOC=path traces allocations (10 frames deep); `kill -USR2 <pid>` writes a
 snapshot to path.N (N = 1, 2, ...): compare two with bench/alloc_diff.py, what each idle
 socket holds say.
+BENCH_SLOW_CALLBACKS=path appends a line to path for each event-loop callback that held the
+loop longer than BENCH_SLOW_MS (20): its duration, and for a task's step the coroutines it
+was suspended in after it (where a long step ended up): what makes urgent frames wait. It
+runs the server on asyncio's own loop instead of uvloop, whose callbacks cannot be timed.
 """
 
 from __future__ import annotations
@@ -71,7 +75,44 @@ def trace_to(path: str) -> None:
     signal.signal(signal.SIGUSR2, snapshot)
 
 
+def slow_callbacks_to(path: str, threshold: float) -> None:
+    import asyncio.events
+    import time
+
+    out = open(path, "a", buffering=1)
+    run = asyncio.events.Handle._run
+
+    def where(callback) -> str:
+        task = getattr(callback, "__self__", None)
+        coro = task.get_coro() if isinstance(task, asyncio.Task) else None
+        chain = []
+        while coro is not None and len(chain) < 12:
+            code = getattr(coro, "cr_code", None) or getattr(coro, "ag_code", None) or getattr(coro, "gi_code", None)
+            chain.append(code.co_qualname if code is not None else type(coro).__name__)
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None) or getattr(coro, "gi_yieldfrom", None)
+        return " > ".join(chain) if chain else repr(callback)[:200]
+
+    def timed(self) -> None:
+        started = time.perf_counter()
+        run(self)
+        took = time.perf_counter() - started
+        if took >= threshold:
+            out.write(f"{took * 1000:.1f} ms {where(self._callback)}\n")
+
+    asyncio.events.Handle._run = timed
+    import uvicorn
+
+    made = uvicorn.Config.__init__
+
+    def on_asyncio(self, *args, **kwargs) -> None:
+        made(self, *args, **{**kwargs, "loop": "asyncio"})
+
+    uvicorn.Config.__init__ = on_asyncio
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_SLOW_CALLBACKS"):
+        slow_callbacks_to(os.environ["BENCH_SLOW_CALLBACKS"], float(os.environ.get("BENCH_SLOW_MS", "20")) / 1000)
     if os.environ.get("BENCH_TRACEMALLOC"):
         trace_to(os.environ["BENCH_TRACEMALLOC"])
     if os.environ.get("BENCH_PROFILE"):
