@@ -30,6 +30,7 @@ from chat_agent.context.summary import SYSTEM_PROMPT as SUMMARY_PROMPT
 from chat_agent.context.summary import window
 from chat_agent.text import shorten
 from chat_agent.tooling import ToolRegistry, ToolResult, ToolServices
+from chat_agent.urgency import Urgency
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,13 @@ _STOP_REASONS = {"end_turn": "end_turn", "stop_sequence": "end_turn", "max_token
 
 @dataclass(slots=True)
 class Agent:
-    """What every turn shares: the model, the tools and the settings."""
+    """What every turn shares: the model, the tools and the settings, and the urgent work
+    its streams pause for."""
 
     model: ModelClient
     registry: ToolRegistry
     settings: Settings
+    urgency: Urgency = field(default_factory=Urgency)
 
     async def summarize(self, transcript: str) -> str:
         return await self.model.complete(ModelRequest(
@@ -184,7 +187,7 @@ async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn, progr
     fields: dict[str, FieldStream | None] = {}  # per tool_use id: the input field shown as it is written
     settings = agent.settings
     call = watched(agent.model.stream(_request(agent, conv, turn, progress)), every=settings.status_interval,
-                   idle=settings.model_idle_timeout)
+                   idle=settings.model_idle_timeout, urgency=agent.urgency)
     try:
         async with aclosing(call) as items:
             async for item in items:

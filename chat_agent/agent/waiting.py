@@ -18,6 +18,7 @@ from typing import AsyncIterator, Union
 
 from chat_agent.agent.events import ModelRetrying, ModelWaiting
 from chat_agent.model import LLMError, Retry, StreamItem
+from chat_agent.urgency import Urgency
 
 log = logging.getLogger(__name__)
 
@@ -38,21 +39,24 @@ class _Relay:
     last, `_TIMEOUT` when the deadline came first. The stream's error is raised by `next`
     once the items before it were taken."""
 
-    def __init__(self, stream: AsyncIterator[StreamItem]):
+    def __init__(self, stream: AsyncIterator[StreamItem], urgency: Urgency | None = None):
         self._loop = asyncio.get_running_loop()
         self._items: deque[StreamItem] = deque()
         self._ended = False
         self._error: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None  # the caller, waiting for an item
         self._room: asyncio.Future[None] | None = None  # the stream, waiting for the caller to take some
-        self._task = self._loop.create_task(self._pump(stream), name="model-call")
+        self._urgency = urgency
+        self._task = self._loop.create_task(self._pump(stream, urgency), name="model-call")
 
-    async def _pump(self, stream: AsyncIterator[StreamItem]) -> None:
+    async def _pump(self, stream: AsyncIterator[StreamItem], urgency: Urgency | None) -> None:
         try:
             async with aclosing(stream) as items:  # type: ignore[type-var]
                 async for item in items:
                     self._items.append(item)
                     _wake(self._waiter)
+                    if urgency is not None and urgency.pending:
+                        await urgency.pause()  # an abort, say, goes first (chat_agent/urgency.py)
                     if len(self._items) >= BUFFER:
                         self._room = self._loop.create_future()
                         await self._room
@@ -63,6 +67,8 @@ class _Relay:
             _wake(self._waiter)
 
     async def next(self, deadline: float) -> object:
+        if self._urgency is not None and self._urgency.pending:
+            await self._urgency.pause()  # items taken run the turn on without a pause otherwise
         while not self._items and not self._ended:
             if self._loop.time() >= deadline:
                 return _TIMEOUT
@@ -85,16 +91,24 @@ class _Relay:
         self._task.cancel()
         await asyncio.gather(self._task, return_exceptions=True)
 
+    def stop(self) -> None:
+        """Stops the stream without waiting: it closes its response in its own time. What
+        an abort uses, since each await on its way to `done` waits for every other ready
+        task once, and closing a response takes several (tens of ms each on a busy loop)."""
+        self._task.cancel()
 
-async def watched(stream: AsyncIterator[StreamItem], *, every: float, idle: float) -> AsyncIterator[Watched]:
+
+async def watched(stream: AsyncIterator[StreamItem], *, every: float, idle: float,
+                  urgency: Urgency | None = None) -> AsyncIterator[Watched]:
     """Yields what `stream` yields, a `ModelWaiting` every `every` seconds until its first
     item, and a `ModelRetrying` for each `Retry`. Raises LLMError when it yields nothing for
     `idle` seconds (a retry's announced wait not counted)."""
     loop = asyncio.get_running_loop()
-    relay = _Relay(stream)
+    relay = _Relay(stream, urgency)
     started = loop.time()
     tick: float | None = started + every  # the next "still waiting"; None once something came
     quiet_until = started + idle
+    stopped = False
     try:
         while True:
             item = await relay.next(quiet_until if tick is None else min(tick, quiet_until))
@@ -116,5 +130,10 @@ async def watched(stream: AsyncIterator[StreamItem], *, every: float, idle: floa
                 tick = None
                 yield item  # type: ignore[misc]
                 quiet_until = loop.time() + idle
+    except asyncio.CancelledError:
+        relay.stop()  # an abort: `done` must not wait for the response to close
+        stopped = True
+        raise
     finally:
-        await relay.close()
+        if not stopped:
+            await relay.close()

@@ -203,7 +203,8 @@ class Commands:
                 case RenameIn(title=title):
                     live.set_title(title)
                 case AbortIn():
-                    await live.abort()
+                    with self._agent.urgency.first():  # the streams of other turns wait meanwhile
+                        await live.abort()
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):
                     if not live.approve(tool_id, approved, message):
                         raise FrameRejected("not_found", f"No tool call waits for approval under {tool_id!r} "

@@ -1,0 +1,85 @@
+"""Urgent work ahead of streaming (chat_agent/urgency.py): a model stream, as the loop
+watches it (`agent/waiting.py`), stops taking items while urgent work is under way and goes
+on after it; a pause is bounded; an aborted call does not wait for its response to close.
+The stream is a plain async generator standing for a model client's: a reply the server
+has buffered, an item at every turn of the event loop until told to end."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+from chat_agent.agent.waiting import watched
+from chat_agent.model import TextDelta
+from chat_agent.urgency import LONGEST_PAUSE, Urgency
+from tests.cancelling import cancel_within
+from tests.support import polled
+
+
+@dataclass
+class Stream:
+    close_takes: float = 0.0  # a response that takes a while to close
+    taken: int = 0
+    ended: bool = False
+    closed: list[bool] = field(default_factory=list)
+
+    async def items(self) -> AsyncIterator[TextDelta]:
+        try:
+            i = 0
+            while not self.ended:
+                yield TextDelta(f"w{i} ")
+                i += 1
+                await asyncio.sleep(0)
+        finally:
+            if self.close_takes:
+                await asyncio.sleep(self.close_takes)
+            self.closed.append(True)
+
+    async def consume(self, urgency: Urgency) -> None:
+        async with aclosing(watched(self.items(), every=60, idle=60, urgency=urgency)) as items:
+            async for _ in items:
+                self.taken += 1
+
+
+async def test_streams_wait_while_urgent_work_is_under_way_and_go_on_after():
+    urgency, stream = Urgency(), Stream()
+    task = asyncio.create_task(stream.consume(urgency))
+    await polled(lambda: stream.taken >= 20, 10)
+    with urgency.first():
+        for _ in range(3):  # what was in flight lands
+            await asyncio.sleep(0)
+        before = stream.taken
+        for _ in range(200):  # urgent work's own steps: the stream would take an item at each
+            await asyncio.sleep(0)
+        assert stream.taken - before <= 2, f"the stream took {stream.taken - before} items while urgent work ran"
+    after = stream.taken
+    await polled(lambda: stream.taken >= after + 100, 10)
+    stream.ended = True
+    await asyncio.wait_for(task, 30)
+    assert stream.closed
+
+
+async def test_a_pause_is_bounded():
+    urgency, stream = Urgency(), Stream()
+    task = asyncio.create_task(stream.consume(urgency))
+    await polled(lambda: stream.taken >= 20, 10)
+    with urgency.first():  # urgent work that does not end soon
+        for _ in range(3):
+            await asyncio.sleep(0)
+        before = stream.taken
+        await asyncio.sleep(LONGEST_PAUSE * 5)
+        moved = stream.taken - before
+    assert 1 <= moved <= 50, f"{moved} items in {LONGEST_PAUSE * 5:g} s of urgent work (about 5 expected)"
+    stream.ended = True
+    await asyncio.wait_for(task, 30)
+
+
+async def test_an_aborted_call_does_not_wait_for_its_response_to_close():
+    urgency, stream = Urgency(), Stream(close_takes=0.5)
+    task = asyncio.create_task(stream.consume(urgency))
+    await polled(lambda: stream.taken >= 20, 10)
+    await cancel_within(task, 0.3)
+    assert not stream.closed, "the abort waited for the response to close"
+    await polled(lambda: stream.closed, 10)  # it still closes, in its own time
