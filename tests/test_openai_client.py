@@ -9,7 +9,6 @@ import json
 from typing import Any, Iterator
 
 import pytest
-from openai.types.chat import ChatCompletionChunk
 
 from chat_agent.config import ConfigError, Settings
 from chat_agent.model import LLMError, ModelReply, ModelRequest, TextDelta, ThinkingDelta, ToolInputDelta, model_client
@@ -187,10 +186,10 @@ async def test_a_429_is_retried_after_retry_after_and_a_wrong_key_names_its_vari
     await wrong.close()
 
 
-def chunk(delta: dict[str, Any], finish: str | None = None) -> ChatCompletionChunk:
-    return ChatCompletionChunk.model_validate({
-        "id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    """A chunk as the stream gives it: the API's JSON."""
+    return {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
 
 def test_what_compatible_servers_do_differently():

@@ -12,7 +12,7 @@ import logging
 from typing import Any, AsyncIterator
 
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat import ChatCompletion
 
 from chat_agent.config import Settings
 from chat_agent.model.citing import MarkerScanner
@@ -33,7 +33,7 @@ NO_KEY = "The server has no OPENAI_API_KEY, so it cannot reach {model}."
 OPENAI_HOSTS = ("api.openai.com",)
 # The stream `chat.completions.create(stream=True)` returns, for the same call made with the
 # SDK's own `post` (see `_stream_once`); its options as `create` sets them (the API key).
-CHUNKS = openai.AsyncStream[ChatCompletionChunk]
+CHUNKS = openai.AsyncStream[object]  # each chunk left as the API's JSON (see openai_stream.py)
 STREAM_OPTIONS: Any = {"security": {"bearer_auth": True}}
 
 

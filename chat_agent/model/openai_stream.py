@@ -7,6 +7,9 @@ without choices (`stream_options.include_usage`). Servers differ in small ways t
 tolerated here: a call without an id gets one, a reply with calls that says `stop` stopped
 for its calls, and reasoning text some servers stream (`reasoning_content`, `reasoning`)
 is shown as thinking (it carries no signature, so it stays out of the history).
+
+Chunks come as the API's JSON (the SDK's stream with `object` as its type): building an SDK
+model per chunk cost more CPU than the rest of a relayed delta's way.
 """
 
 from __future__ import annotations
@@ -27,15 +30,19 @@ REASONING_FIELDS = ("reasoning_content", "reasoning")
 CONTENT_FILTERED = "The provider's content filter stopped the reply."
 
 
+def _field(value: Any, name: str) -> Any:
+    """A field of a streamed chunk's JSON or of the SDK's object of a whole completion."""
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
 def usage_of(usage: Any) -> Usage:
     """Chat Completions counts cached tokens inside prompt_tokens; the Messages API (and so
     `Usage`) counts them apart."""
     if usage is None:
         return Usage()
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0
-    prompt = usage.prompt_tokens or 0
-    return Usage(input_tokens=max(0, prompt - cached), output_tokens=usage.completion_tokens or 0,
+    cached = _field(_field(usage, "prompt_tokens_details"), "cached_tokens") or 0
+    prompt = _field(usage, "prompt_tokens") or 0
+    return Usage(input_tokens=max(0, prompt - cached), output_tokens=_field(usage, "completion_tokens") or 0,
                  cache_read_tokens=cached)
 
 
@@ -80,47 +87,48 @@ class ChunkAccumulator:
         self.id: str | None = None
         self.model: str | None = None
 
-    def feed(self, chunk: Any) -> list[StreamItem]:
-        self.id = self.id or getattr(chunk, "id", None)
-        self.model = self.model or getattr(chunk, "model", None)
-        if getattr(chunk, "usage", None) is not None:
-            self.usage = chunk.usage
+    def feed(self, chunk: dict[str, Any]) -> list[StreamItem]:
+        self.id = self.id or chunk.get("id")
+        self.model = self.model or chunk.get("model")
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
         items: list[StreamItem] = []
-        for choice in chunk.choices or []:
-            if choice.index != 0:
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
                 continue  # n=1 is asked for; a server sending more is not listened to
-            items += self._delta(choice.delta)
-            if choice.finish_reason:
-                self.finish = choice.finish_reason
+            items += self._delta(choice.get("delta"))
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
         return items
 
-    def _delta(self, delta: Any) -> list[StreamItem]:
-        if delta is None:
+    def _delta(self, delta: dict[str, Any] | None) -> list[StreamItem]:
+        if not delta:
             return []
         items: list[StreamItem] = []
         for name in REASONING_FIELDS:
-            thought = getattr(delta, name, None)
+            thought = delta.get(name)
             if isinstance(thought, str) and thought:
                 self.thought = True
                 items.append(ThinkingDelta(scrub(thought)))
-        if delta.content:
-            text = scrub(delta.content)
+        content = delta.get("content")
+        if isinstance(content, str) and content:
+            text = scrub(content)
             self.text.append(text)
             items.append(TextDelta(text))
-        if getattr(delta, "refusal", None):
-            self.refusal.append(delta.refusal)
-        for piece in delta.tool_calls or []:
+        if isinstance(delta.get("refusal"), str) and delta["refusal"]:
+            self.refusal.append(delta["refusal"])
+        for piece in delta.get("tool_calls") or []:
             items += self._tool_piece(piece)
         return items
 
-    def _tool_piece(self, piece: Any) -> list[StreamItem]:
-        call = self.calls.setdefault(piece.index, _Call())
-        function = piece.function
-        call.id = call.id or piece.id
-        if function is not None and function.name and not call.name:
-            call.name = function.name
+    def _tool_piece(self, piece: dict[str, Any]) -> list[StreamItem]:
+        call = self.calls.setdefault(piece.get("index", 0), _Call())
+        function = piece.get("function") or {}
+        call.id = call.id or piece.get("id")
+        if function.get("name") and not call.name:
+            call.name = function["name"]
             call.id = call.id or "call_" + secrets.token_hex(12)  # servers that send none
-        arguments = (function.arguments if function is not None else None) or ""
+        arguments = function.get("arguments") or ""
         if arguments:
             call.raw.append(arguments)
         if call.name is None:
