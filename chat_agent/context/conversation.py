@@ -29,8 +29,10 @@ from chat_agent.ids import new_id
 Summarizer = Callable[[str], Awaitable[str]]
 
 
-def _kept(message: dict[str, Any]) -> KeptMessage:
-    return message if isinstance(message, KeptMessage) else KeptMessage(message)
+def _kept(message: dict[str, Any], raw: bytes | None = None) -> KeptMessage:
+    if isinstance(message, KeptMessage):
+        return message
+    return KeptMessage(message) if raw is None else KeptMessage.stored(message, raw)
 
 
 def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -106,9 +108,10 @@ class ConversationManager:
 
     def _hold(self, items: list[HistoryItem]) -> None:
         # Kept messages: each is encoded for the API once, not again with every call (nor
-        # after a summary, which holds the items it keeps again).
+        # after a summary, which holds the items it keeps again); one read from the store
+        # is sent as the JSON it was stored as.
         for item in items:
-            item.data = _kept(item.data)
+            item.data, item.raw = _kept(item.data, item.raw), None
         self._items = items
         self._messages = [item.data for item in items]
         self._history_tokens = sum(item.tokens for item in items)

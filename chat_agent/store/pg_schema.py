@@ -394,9 +394,17 @@ _V12 = (
     "CREATE INDEX knowledge_chunks_tsv ON knowledge_chunks USING GIN (tsv)",
 )
 
+# A conversation's tree read from an index alone (schema.py explains it). The model-facing
+# items' light columns are not indexed here: `supersedes` (a summary's list of every item it
+# replaces) can outgrow a B-tree entry, and TOAST keeps the messages' JSON out of the rows.
+_V13 = (
+    "CREATE INDEX history_items_tree ON history_items (conversation_id, history, pos)"
+    " INCLUDE (id, parent_id, role, chars) WHERE history = 'visible'",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

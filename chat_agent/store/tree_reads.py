@@ -8,14 +8,22 @@ from typing import Any, Awaitable, Callable, Generator, Iterable, Sequence, Type
 
 from chat_agent.store.reads import item
 from chat_agent.store.records import HistoryItem, HistoryPage, HistorySize
-from chat_agent.store.tree import ACTIVE, Tree, model_items, model_rows, place, plan_model
+from chat_agent.store.tree import ACTIVE, Links, Tree, model_items, model_rows, place, plan_model, size
 
 _OWNED_ROWS = " FROM history_items h JOIN conversations c ON c.id = h.conversation_id WHERE c.id = ? AND c.owner = ?"
 TREE_ROWS = f"SELECT h.id, h.parent_id, h.role, h.pos, h.chars{_OWNED_ROWS} AND h.history = 'visible' ORDER BY h.pos"
+LINK_ROWS = f"SELECT h.id, h.parent_id{_OWNED_ROWS} AND h.history = 'visible' ORDER BY h.pos"
 MODEL_ROWS = (f"SELECT h.id, h.tokens, h.chars, h.node, h.supersedes, h.pos{_OWNED_ROWS} AND h.history = 'model'"
               " ORDER BY h.pos")
 LEAF = "SELECT leaf_id FROM conversations WHERE id = ? AND owner = ?"
 CHUNK = 500  # ids per `IN (...)` read
+
+
+def chars_by_id(count: int) -> str:
+    """Visible messages' sizes by id (the caller has checked the owner already)."""
+    marks = ", ".join("?" * count)
+    return ("SELECT h.id, h.chars FROM history_items h"
+            f" WHERE h.conversation_id = ? AND h.history = 'visible' AND h.id IN ({marks})")
 
 
 def items_by_id(count: int) -> str:
@@ -41,6 +49,14 @@ def read_tree(owner: str, conversation_id: str) -> Reads[Tree | None]:
         return None
     rows = yield TREE_ROWS, (conversation_id, owner)
     return Tree(rows, found[0][0])
+
+
+def read_links(owner: str, conversation_id: str) -> Reads[Links | None]:
+    """The tree's paths; None when the conversation does not exist for `owner`."""
+    found = yield LEAF, (conversation_id, owner)
+    if not found:
+        return None
+    return Links((yield LINK_ROWS, (conversation_id, owner)), found[0][0])
 
 
 def read_items(conversation_id: str, history: str, ids: Sequence[str]) -> Reads[dict[str, HistoryItem]]:
@@ -71,22 +87,27 @@ def read_page(owner: str, conversation_id: str, before: str | None, limit: int,
 
 def read_model(owner: str, conversation_id: str, leaf: str | None = ACTIVE) -> Reads[list[HistoryItem]]:
     """The model-facing history of the path that ends at `leaf`."""
-    tree = yield from read_tree(owner, conversation_id)
-    if tree is None:
+    links = yield from read_links(owner, conversation_id)
+    if links is None:
         return []
-    plan = plan_model(tree, tree.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))),
-                      active=leaf is None or leaf == tree.leaf)
+    plan = plan_model(links.nodes, links.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))),
+                      active=leaf is None or leaf == links.leaf)
     model = yield from read_items(conversation_id, "model", [id for kind, id in plan.entries if kind == "model"])
     visible = yield from read_items(conversation_id, "visible",
                                     [id for kind, id in plan.entries if kind == "visible"])
-    return model_items(plan, model, visible, {id: tree.nodes[id].parent_id for id in visible})
+    return model_items(plan, model, visible, {id: links.nodes[id] for id in visible})
 
 
 def read_model_size(owner: str, conversation_id: str) -> Reads[HistorySize]:
-    tree = yield from read_tree(owner, conversation_id)
-    if tree is None:
+    links = yield from read_links(owner, conversation_id)
+    if links is None:
         return HistorySize()
-    return plan_model(tree, tree.path(), model_rows((yield MODEL_ROWS, (conversation_id, owner)))).size
+    plan = plan_model(links.nodes, links.path(), model_rows((yield MODEL_ROWS, (conversation_id, owner))))
+    shown = [id for kind, id in plan.entries if kind == "visible"]
+    chars: dict[str, int] = {}
+    for chunk in chunks(shown):
+        chars.update((id, int(n)) for id, n in (yield chars_by_id(len(chunk)), (conversation_id, *chunk)))
+    return size(plan, chars)
 
 
 def run_sync(reads: Reads[T], execute: Callable[[str, Sequence[Any]], list[Any]]) -> T:
