@@ -301,7 +301,7 @@ class ConversationManager:
             op: AppendHistory | UpsertHistoryItem = AppendHistory(self.owner, self.conversation_id, "model", (item,))
         else:
             item = HistoryItem(id=old.id, data=message, tokens=tokens, chars=chars, node=old.node,
-                               supersedes=old.supersedes)
+                               supersedes=old.supersedes, base=old.base)
             op = UpsertHistoryItem(self.owner, self.conversation_id, "model", item)
         self._held[-1] = item
         self.messages[-1] = message
@@ -330,7 +330,7 @@ class ConversationManager:
         node = next((item.node for item in reversed(replaced) if item.node is not None), None)
         first = HistoryItem(id=new_id(hex_chars=16), data=head, tokens=self._counter.message(head),
                             chars=content_chars(head["content"]), node=node,
-                            supersedes=tuple(item.id for item in replaced))
+                            supersedes=tuple(item.id for item in replaced), base=True)
         self._hold([first, *kept])
         self._writer.submit([AppendHistory(self.owner, self.conversation_id, "model", (first,))])
         self.epoch += 1

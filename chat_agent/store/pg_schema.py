@@ -394,12 +394,18 @@ _V12 = (
     "CREATE INDEX knowledge_chunks_tsv ON knowledge_chunks USING GIN (tsv)",
 )
 
-# A conversation's tree read from an index alone (schema.py explains it). The model-facing
-# items' light columns are not indexed here: `supersedes` (a summary's list of every item it
-# replaces) can outgrow a B-tree entry, and TOAST keeps the messages' JSON out of the rows.
+# Summaries marked, and the indexes a turn's model-facing history is read by (schema.py
+# explains them). The model-facing items' light columns are not in an index here: `supersedes`
+# (a summary's list of every item it replaces) can outgrow a B-tree entry, and TOAST keeps the
+# messages' JSON out of the rows.
 _V13 = (
+    "ALTER TABLE history_items ADD COLUMN base BOOLEAN NOT NULL DEFAULT FALSE",
+    "UPDATE history_items SET base = TRUE"
+    " WHERE history = 'model' AND supersedes IS NOT NULL AND json_array_length(CAST(supersedes AS json)) > 1",
     "CREATE INDEX history_items_tree ON history_items (conversation_id, history, pos)"
     " INCLUDE (id, parent_id, role, chars) WHERE history = 'visible'",
+    "CREATE INDEX history_items_by_node ON history_items (conversation_id, history, node, pos) WHERE history = 'model'",
+    "CREATE INDEX history_items_bases ON history_items (conversation_id, history, base, node) WHERE history = 'model'",
 )
 
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;

@@ -128,7 +128,7 @@ def item(row: Sequence[Any]) -> HistoryItem:
     id, data, tokens, chars, parent_id, node, supersedes = row
     raw = data.encode()
     return HistoryItem(id, parse(raw), tokens, chars, parent_id, node,
-                       tuple(json.loads(supersedes)) if supersedes else (), raw)
+                       tuple(json.loads(supersedes)) if supersedes else (), raw=raw)
 
 
 def parse(raw: bytes) -> Any:

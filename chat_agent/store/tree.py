@@ -143,11 +143,12 @@ class ModelRow:
     node: str | None
     supersedes: tuple[str, ...]
     pos: int
+    base: bool  # a summary: see plan_model
 
 
 def model_rows(rows: Iterable[Sequence[Any]]) -> list[ModelRow]:
-    return [ModelRow(id, int(tokens), int(chars), node, tuple(json.loads(sup)) if sup else (), int(pos))
-            for id, tokens, chars, node, sup, pos in rows]
+    return [ModelRow(id, int(tokens), int(chars), node, tuple(json.loads(sup)) if sup else (), int(pos), bool(base))
+            for id, tokens, chars, node, sup, pos, base in rows]
 
 
 @dataclass(slots=True)
@@ -170,10 +171,17 @@ def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], act
     for node in running:
         depth[node] = len(path)  # after the whole path
     included = [row for row in rows if row.node is None or row.node in depth]
+    # A summary (`base`) stands for everything its path held up to its message, which is the
+    # message of the newest item it replaced: what messages before that one have is not in
+    # the history, and none is read as its text. So a read may stop at the newest summary of
+    # the path (tree_reads.py): nothing before it changes the plan.
+    floor = max((depth[row.node] for row in included if row.base and row.node is not None), default=-1)
+    if floor > 0:
+        included = [row for row in included if row.node is None or depth[row.node] >= floor]
     # An item may name messages among what it replaces: it stands for them (the history from
     # before trees stands for every message of the path it was written on).
     covered = {row.node for row in included} | {old for row in included for old in row.supersedes
-                                                if old in nodes}
+                                                if old in nodes} | set(path[:floor + 1])
     covered -= running
     if None in covered:  # items written without the tree in mind: they are every path's history
         covered = set(path)
@@ -190,9 +198,10 @@ def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], act
         after[row.id] = last
 
     def key(row: ModelRow) -> tuple[int, int]:
-        # An item that replaces others stands where the first of them stood.
+        # An item that replaces others stands where the first of them stood: a summary first
+        # of all, since it replaced the start of the history.
         if row.id not in keys:
-            own = (depth[row.node] if row.node in depth else after[row.id], row.pos)
+            own = (-1 if row.base else depth[row.node] if row.node in depth else after[row.id], row.pos)
             keys[row.id] = own  # a guard against cycles
             keys[row.id] = min([own, *(key(by_id[old]) for old in row.supersedes if old in by_id)])
         return keys[row.id]
@@ -243,7 +252,8 @@ def model_items(plan: ModelPlan, model: dict[str, HistoryItem], visible: dict[st
             last = items[-1]
             merged = {"role": role, "content": [*_blocks(last.data["content"]), block]}
             items[-1] = HistoryItem(last.id, merged, last.tokens + synthetic_tokens(len(text)),
-                                    last.chars + len(text), node=last.node, supersedes=last.supersedes)
+                                    last.chars + len(text), node=last.node, supersedes=last.supersedes,
+                                    base=last.base)
             continue
         items.append(HistoryItem(f"v:{id}", {"role": role, "content": [block]}, synthetic_tokens(len(text)),
                                  len(text), node=id))

@@ -4,17 +4,32 @@ and are sent the rows back."""
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Generator, Iterable, Sequence, TypeVar
+from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Sequence, TypeVar
 
 from chat_agent.store.reads import item
 from chat_agent.store.records import HistoryItem, HistoryPage, HistorySize
-from chat_agent.store.tree import ACTIVE, Links, Tree, model_items, model_rows, place, plan_model, size
+from chat_agent.store.tree import (ACTIVE, EMPTY, Links, ModelPlan, Tree, model_items, model_rows, place,
+                                   plan_model, size)
 
 _OWNED_ROWS = " FROM history_items h JOIN conversations c ON c.id = h.conversation_id WHERE c.id = ? AND c.owner = ?"
 TREE_ROWS = f"SELECT h.id, h.parent_id, h.role, h.pos, h.chars{_OWNED_ROWS} AND h.history = 'visible' ORDER BY h.pos"
 LINK_ROWS = f"SELECT h.id, h.parent_id{_OWNED_ROWS} AND h.history = 'visible' ORDER BY h.pos"
-MODEL_ROWS = (f"SELECT h.id, h.tokens, h.chars, h.node, h.supersedes, h.pos{_OWNED_ROWS} AND h.history = 'model'"
-              " ORDER BY h.pos")
+_MODEL_COLUMNS = "h.id, h.tokens, h.chars, h.node, h.supersedes, h.pos, h.base"
+MODEL_ROWS = f"SELECT {_MODEL_COLUMNS}{_OWNED_ROWS} AND h.history = 'model' ORDER BY h.pos"
+# A path read from its newest summary on (see _plan_since); these take a conversation whose
+# owner was checked already. The newest summary of a visible message, and where it stands:
+NEWEST_BASE = (
+    "SELECT v.id, v.pos FROM history_items h JOIN history_items v ON v.conversation_id = h.conversation_id"
+    " AND v.history = 'visible' AND v.id = h.node"
+    " WHERE h.conversation_id = ? AND h.history = 'model' AND h.base = TRUE ORDER BY v.pos DESC LIMIT 1"
+)
+LINKS_FROM = ("SELECT h.id, h.parent_id FROM history_items h"
+              " WHERE h.conversation_id = ? AND h.history = 'visible' AND h.pos >= ? ORDER BY h.pos")
+FIRST_OF_NODE = "SELECT MIN(h.pos) FROM history_items h WHERE h.conversation_id = ? AND h.history = 'model' AND h.node = ?"
+MODEL_FROM = (f"SELECT {_MODEL_COLUMNS} FROM history_items h"
+              " WHERE h.conversation_id = ? AND h.history = 'model' AND h.pos >= ? AND h.node IS NOT NULL")
+MODEL_UNTIED = (f"SELECT {_MODEL_COLUMNS} FROM history_items h"
+                " WHERE h.conversation_id = ? AND h.history = 'model' AND h.node IS NULL")
 LEAF = "SELECT leaf_id FROM conversations WHERE id = ? AND owner = ?"
 CHUNK = 500  # ids per `IN (...)` read
 
@@ -87,27 +102,73 @@ def read_page(owner: str, conversation_id: str, before: str | None, limit: int,
 
 def read_model(owner: str, conversation_id: str, leaf: str | None = ACTIVE) -> Reads[list[HistoryItem]]:
     """The model-facing history of the path that ends at `leaf`."""
-    links = yield from read_links(owner, conversation_id)
-    if links is None:
+    planned = yield from read_plan(owner, conversation_id, leaf)
+    if planned is None:
         return []
-    plan = plan_model(links.nodes, links.path(leaf), model_rows((yield MODEL_ROWS, (conversation_id, owner))),
-                      active=leaf is None or leaf == links.leaf)
+    parents, plan = planned
     model = yield from read_items(conversation_id, "model", [id for kind, id in plan.entries if kind == "model"])
     visible = yield from read_items(conversation_id, "visible",
                                     [id for kind, id in plan.entries if kind == "visible"])
-    return model_items(plan, model, visible, {id: links.nodes[id] for id in visible})
+    return model_items(plan, model, visible, {id: parents[id] for id in visible})
 
 
 def read_model_size(owner: str, conversation_id: str) -> Reads[HistorySize]:
-    links = yield from read_links(owner, conversation_id)
-    if links is None:
+    planned = yield from read_plan(owner, conversation_id)
+    if planned is None:
         return HistorySize()
-    plan = plan_model(links.nodes, links.path(), model_rows((yield MODEL_ROWS, (conversation_id, owner))))
+    plan = planned[1]
     shown = [id for kind, id in plan.entries if kind == "visible"]
     chars: dict[str, int] = {}
     for chunk in chunks(shown):
         chars.update((id, int(n)) for id, n in (yield chars_by_id(len(chunk)), (conversation_id, *chunk)))
     return size(plan, chars)
+
+
+def read_plan(owner: str, conversation_id: str,
+              leaf: str | None = ACTIVE) -> Reads[tuple[Mapping[str, str | None], ModelPlan] | None]:
+    """The plan of the path that ends at `leaf`, and the parents of (at least) its messages;
+    None when the conversation does not exist for `owner`. Read from the path's newest
+    summary on when there is one (what a turn reads stays as long as what a summary keeps,
+    however long the conversation), else from the whole tree."""
+    found = yield LEAF, (conversation_id, owner)
+    if not found:
+        return None
+    stored = found[0][0]
+    base = yield NEWEST_BASE, (conversation_id,)
+    if base:
+        planned = yield from _plan_since(conversation_id, stored, leaf, base[0][0], base[0][1])
+        if planned is not None:
+            return planned
+    links = Links((yield LINK_ROWS, (conversation_id, owner)), stored)
+    rows = model_rows((yield MODEL_ROWS, (conversation_id, owner)))
+    return links.nodes, plan_model(links.nodes, links.path(leaf), rows, active=leaf is None or leaf == links.leaf)
+
+
+def _plan_since(conversation_id: str, stored: str | None, leaf: str | None, base: str,
+                at: int) -> Reads[tuple[Mapping[str, str | None], ModelPlan] | None]:
+    """The plan read from the message of the conversation's newest summary (`base`, at
+    position `at`) on, when the path goes through it; None otherwise (a path that left it
+    before it: the whole tree is read). A message's children come after it, so the path from
+    there is among the messages from there on; the items of the path's messages were written
+    once its first message had its own, and nothing before that changes the plan (see
+    plan_model); items of no message are every path's, read whatever their place."""
+    links = Links((yield LINKS_FROM, (conversation_id, at)), stored)
+    if (stored is not None and stored != EMPTY and stored not in links.nodes) or (
+            leaf is not None and leaf not in links.nodes):
+        return None  # a leaf before that message: Links would take the newest for it
+    path = links.path(leaf)
+    if not path or path[0] != base:
+        return None
+    first = (yield FIRST_OF_NODE, (conversation_id, base))[0][0]
+    rows = model_rows([*(yield MODEL_FROM, (conversation_id, first)), *(yield MODEL_UNTIED, (conversation_id,))])
+    rows.sort(key=lambda row: row.pos)
+    # Which of the other messages these items belong to exist (another branch's) and which
+    # do not (a reply still running).
+    nodes = set(links.nodes)
+    unknown = list({row.node for row in rows if row.node is not None and row.node not in nodes})
+    for chunk in chunks(unknown):
+        nodes.update(id for id, _ in (yield chars_by_id(len(chunk)), (conversation_id, *chunk)))
+    return links.nodes, plan_model(nodes, path, rows, active=leaf is None or leaf == links.leaf)
 
 
 def run_sync(reads: Reads[T], execute: Callable[[str, Sequence[Any]], list[Any]]) -> T:
