@@ -126,9 +126,13 @@ def _content(conversation_id: str, index: int, chain: Sequence[Sequence[Any]]) -
 
 def item(row: Sequence[Any]) -> HistoryItem:
     id, data, tokens, chars, parent_id, node, supersedes = row
+    return stored_item(id, data, tokens, chars, parent_id, node, tuple(json.loads(supersedes)) if supersedes else ())
+
+
+def stored_item(id: str, data: str, tokens: int, chars: int, parent_id: str | None, node: str | None,
+                supersedes: tuple[str, ...], base: bool = False) -> HistoryItem:
     raw = data.encode()
-    return HistoryItem(id, parse(raw), tokens, chars, parent_id, node,
-                       tuple(json.loads(supersedes)) if supersedes else (), raw=raw)
+    return HistoryItem(id, parse(raw), tokens, chars, parent_id, node, supersedes, base, raw)
 
 
 def parse(raw: bytes) -> Any:

@@ -158,6 +158,7 @@ class ModelPlan:
 
     entries: list[tuple[str, str]]
     size: HistorySize
+    rows: dict[str, ModelRow]  # the model-facing items' rows read for it, by id
 
 
 def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], active: bool = True) -> ModelPlan:
@@ -217,7 +218,7 @@ def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], act
             ordered.append(((depth[id], -1, 0), ("visible", id)))
     ordered.sort(key=lambda pair: pair[0])
     entries = [entry for _, entry in ordered]
-    return ModelPlan(entries, HistorySize(len(entries), tokens, chars))
+    return ModelPlan(entries, HistorySize(len(entries), tokens, chars), by_id)
 
 
 def size(plan: ModelPlan, chars: Mapping[str, int]) -> HistorySize:

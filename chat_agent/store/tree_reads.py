@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Generator, Iterable, Mapping, Sequence, TypeVar
 
-from chat_agent.store.reads import item
+from chat_agent.store.reads import item, stored_item
 from chat_agent.store.records import HistoryItem, HistoryPage, HistorySize
 from chat_agent.store.tree import (ACTIVE, EMPTY, Links, ModelPlan, Tree, model_items, model_rows, place,
                                    plan_model, size)
@@ -28,6 +28,10 @@ LINKS_FROM = ("SELECT h.id, h.parent_id FROM history_items h"
 FIRST_OF_NODE = "SELECT MIN(h.pos) FROM history_items h WHERE h.conversation_id = ? AND h.history = 'model' AND h.node = ?"
 MODEL_FROM = (f"SELECT {_MODEL_COLUMNS} FROM history_items h"
               " WHERE h.conversation_id = ? AND h.history = 'model' AND h.pos >= ? AND h.node IS NOT NULL")
+# The messages' JSON of the items from a position on, in order: when most of them are wanted,
+# one range read of the table beats looking each up by id (300k characters: 0.25 ms, not 0.9).
+MODEL_DATA_FROM = ("SELECT h.id, h.data FROM history_items h"
+                   " WHERE h.conversation_id = ? AND h.history = 'model' AND h.pos >= ? ORDER BY h.pos")
 MODEL_UNTIED = (f"SELECT {_MODEL_COLUMNS} FROM history_items h"
                 " WHERE h.conversation_id = ? AND h.history = 'model' AND h.node IS NULL")
 LEAF = "SELECT leaf_id FROM conversations WHERE id = ? AND owner = ?"
@@ -105,11 +109,26 @@ def read_model(owner: str, conversation_id: str, leaf: str | None = ACTIVE) -> R
     planned = yield from read_plan(owner, conversation_id, leaf)
     if planned is None:
         return []
-    parents, plan = planned
-    model = yield from read_items(conversation_id, "model", [id for kind, id in plan.entries if kind == "model"])
+    parents, plan, since = planned
+    model = yield from _read_model_items(conversation_id, plan, since)
     visible = yield from read_items(conversation_id, "visible",
                                     [id for kind, id in plan.entries if kind == "visible"])
     return model_items(plan, model, visible, {id: parents[id] for id in visible})
+
+
+def _read_model_items(conversation_id: str, plan: ModelPlan, since: int) -> Reads[dict[str, HistoryItem]]:
+    """The plan's model-facing items; `since`: the position its items (but those of no
+    message) were read from."""
+    wanted = [id for kind, id in plan.entries if kind == "model"]
+    later = {id for id in wanted if plan.rows[id].pos >= since}
+    found: dict[str, HistoryItem] = {}
+    if later and 2 * len(later) >= sum(1 for row in plan.rows.values() if row.pos >= since):
+        for id, data in (yield MODEL_DATA_FROM, (conversation_id, since)):
+            if id in later:
+                row = plan.rows[id]
+                found[id] = stored_item(id, data, row.tokens, row.chars, None, row.node, row.supersedes, row.base)
+    rest = yield from read_items(conversation_id, "model", [id for id in wanted if id not in found])
+    return found | rest
 
 
 def read_model_size(owner: str, conversation_id: str) -> Reads[HistorySize]:
@@ -125,11 +144,12 @@ def read_model_size(owner: str, conversation_id: str) -> Reads[HistorySize]:
 
 
 def read_plan(owner: str, conversation_id: str,
-              leaf: str | None = ACTIVE) -> Reads[tuple[Mapping[str, str | None], ModelPlan] | None]:
-    """The plan of the path that ends at `leaf`, and the parents of (at least) its messages;
-    None when the conversation does not exist for `owner`. Read from the path's newest
-    summary on when there is one (what a turn reads stays as long as what a summary keeps,
-    however long the conversation), else from the whole tree."""
+              leaf: str | None = ACTIVE) -> Reads[tuple[Mapping[str, str | None], ModelPlan, int] | None]:
+    """The plan of the path that ends at `leaf`, the parents of (at least) its messages, and
+    the position from which its items were read (those of no message: all); None when the
+    conversation does not exist for `owner`. Read from the path's newest summary on when
+    there is one (what a turn reads stays as long as what a summary keeps, however long the
+    conversation), else from the whole tree."""
     found = yield LEAF, (conversation_id, owner)
     if not found:
         return None
@@ -141,11 +161,11 @@ def read_plan(owner: str, conversation_id: str,
             return planned
     links = Links((yield LINK_ROWS, (conversation_id, owner)), stored)
     rows = model_rows((yield MODEL_ROWS, (conversation_id, owner)))
-    return links.nodes, plan_model(links.nodes, links.path(leaf), rows, active=leaf is None or leaf == links.leaf)
+    return links.nodes, plan_model(links.nodes, links.path(leaf), rows, active=leaf is None or leaf == links.leaf), 0
 
 
 def _plan_since(conversation_id: str, stored: str | None, leaf: str | None, base: str,
-                at: int) -> Reads[tuple[Mapping[str, str | None], ModelPlan] | None]:
+                at: int) -> Reads[tuple[Mapping[str, str | None], ModelPlan, int] | None]:
     """The plan read from the message of the conversation's newest summary (`base`, at
     position `at`) on, when the path goes through it; None otherwise (a path that left it
     before it: the whole tree is read). A message's children come after it, so the path from
@@ -168,7 +188,7 @@ def _plan_since(conversation_id: str, stored: str | None, leaf: str | None, base
     unknown = list({row.node for row in rows if row.node is not None and row.node not in nodes})
     for chunk in chunks(unknown):
         nodes.update(id for id, _ in (yield chars_by_id(len(chunk)), (conversation_id, *chunk)))
-    return links.nodes, plan_model(nodes, path, rows, active=leaf is None or leaf == links.leaf)
+    return links.nodes, plan_model(nodes, path, rows, active=leaf is None or leaf == links.leaf), first
 
 
 def run_sync(reads: Reads[T], execute: Callable[[str, Sequence[Any]], list[Any]]) -> T:
