@@ -192,32 +192,35 @@ def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], act
     # An item of no message (written without the tree in mind) stands after what was written
     # before it.
     after: dict[str, int] = {}
-    last = -1
-    for row in rows:
-        if row.node in depth:
-            last = max(last, depth[row.node])
-        after[row.id] = last
+    if any(row.node is None for row in rows):
+        last = -1
+        for row in rows:
+            if row.node in depth:
+                last = max(last, depth[row.node])
+            after[row.id] = last
+
+    def own(row: ModelRow) -> tuple[int, int]:
+        # A summary stands first of all: it replaced the start of the history.
+        return (-1 if row.base else depth[row.node] if row.node in depth else after[row.id], row.pos)
 
     def key(row: ModelRow) -> tuple[int, int]:
-        # An item that replaces others stands where the first of them stood: a summary first
-        # of all, since it replaced the start of the history.
+        # An item that replaces others stands where the first of them stood.
         if row.id not in keys:
-            own = (-1 if row.base else depth[row.node] if row.node in depth else after[row.id], row.pos)
-            keys[row.id] = own  # a guard against cycles
-            keys[row.id] = min([own, *(key(by_id[old]) for old in row.supersedes if old in by_id)])
+            keys[row.id] = own(row)  # a guard against cycles
+            keys[row.id] = min([keys[row.id], *(key(by_id[old]) for old in row.supersedes if old in by_id)])
         return keys[row.id]
 
-    ordered: list[tuple[tuple[int, int, int], tuple[str, str]]] = []
+    ordered: list[tuple[int, int, int, str, str]] = []
     tokens = chars = 0
     for row in included:
         if row.id not in replaced:
-            ordered.append(((*key(row), 0), ("model", row.id)))
+            ordered.append((*(key(row) if row.supersedes else own(row)), 0, "model", row.id))
             tokens, chars = tokens + row.tokens, chars + row.chars
     for id in path:
         if id not in covered:
-            ordered.append(((depth[id], -1, 0), ("visible", id)))
-    ordered.sort(key=lambda pair: pair[0])
-    entries = [entry for _, entry in ordered]
+            ordered.append((depth[id], -1, 0, "visible", id))
+    ordered.sort(key=lambda entry: entry[:3])  # stable: items in a tie stay in the order written
+    entries = [(kind, id) for *_, kind, id in ordered]
     return ModelPlan(entries, HistorySize(len(entries), tokens, chars), by_id)
 
 
