@@ -49,8 +49,8 @@ from _common import (MODEL, ChatServer, Errors, FakeAnthropicProcess, load_note,
 import anthropic  # noqa: E402
 
 from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
-from chat_agent.store import SqliteStore  # noqa: E402
-from tests.seed import SUMMARY_CHARS, seed_conversation, turn as seed_turn  # noqa: E402
+from chat_agent.store import SetTitle, SqliteStore  # noqa: E402
+from tests.seed import SUMMARY_CHARS, copy_conversation, seed_conversation, turn as seed_turn  # noqa: E402
 
 FRAME_TARGET = 64_000
 TURN_TARGET = 1.3
@@ -77,17 +77,14 @@ async def seed(db: Path, copies: int) -> None:
     async with SqliteStore(db) as store:
         for n, turns in enumerate(SIZES):
             await seed_conversation(store, OWNER, f"t{turns}-0", turns, created_at=time.time() - 86_400, seed=n)
+            # Titled, as the server left it after its first turn: an untitled one gets a title
+            # job after the measured turn (a model call and a page read), which would run on
+            # the server during the next size's turn.
+            await store.apply([SetTitle(OWNER, f"t{turns}-0", f"Trip planning ({turns} turns)")])
     with sqlite3.connect(db) as conn:
         for turns in SIZES:
-            source = f"t{turns}-0"
             for copy in range(1, copies):
-                target = f"t{turns}-{copy}"
-                conn.execute("INSERT INTO conversations (id, owner, title, created_at, updated_at, last_seq, "
-                             "context_overhead) SELECT ?, owner, title, created_at, updated_at, last_seq, "
-                             "context_overhead FROM conversations WHERE id = ?", (target, source))
-                conn.execute("INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars) "
-                             "SELECT ?, history, pos, id, data, tokens, chars FROM history_items "
-                             "WHERE conversation_id = ?", (target, source))
+                copy_conversation(conn, f"t{turns}-0", f"t{turns}-{copy}")
 
 
 async def one(url: str, conversation_id: str) -> tuple[int, float, float]:

@@ -54,7 +54,7 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 
 from chat_agent.store import SqliteStore  # noqa: E402
-from tests.seed import seed_conversation  # noqa: E402
+from tests.seed import copy_conversation, seed_conversation  # noqa: E402
 
 TARGET_KIB = 27.0
 TARGET_LONG_KIB = 64.0
@@ -70,12 +70,7 @@ async def seed(db: Path, count: int, turns: int) -> None:
         await seed_conversation(store, OWNER, "c0", turns, created_at=time.time() - 86_400)
     with sqlite3.connect(db) as conn:
         for n in range(1, count):
-            conn.execute("INSERT INTO conversations (id, owner, title, created_at, updated_at, last_seq, "
-                         "context_overhead) SELECT ?, owner, title, created_at + ?, updated_at + ?, last_seq, "
-                         "context_overhead FROM conversations WHERE id = 'c0'", (f"c{n}", n, n))
-            conn.execute("INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars) "
-                         "SELECT ?, history, pos, id, data, tokens, chars FROM history_items "
-                         "WHERE conversation_id = 'c0'", (f"c{n}",))
+            copy_conversation(conn, "c0", f"c{n}", later=n)
 
 
 async def open_many(urls: list[str], batch: int, errors: Errors) -> list:

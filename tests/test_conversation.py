@@ -142,3 +142,37 @@ def test_an_image_costs_what_its_size_says():
     assert counter.block(full) == IMAGE_TOKENS + 4  # capped at what a full-size image costs
     assert counter.block({"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}) == IMAGE_TOKENS + 4
     assert counter.block({"type": "image", "source": {"type": "base64", "data": "!!"}}) == IMAGE_TOKENS + 4
+
+
+async def test_a_conversation_past_its_summaries_reads_back_as_held(store, counter):
+    """Turns on a path of messages (each item belongs to its message), summarized as they go:
+    after each, what the store gives back (read from the path's newest summary on) is the
+    history in hand. The first two messages have no items (a conversation imported): read as
+    their text until a summary stands for them, never again after it."""
+    conv = manager(store, counter, summary_chars=3_000, model=None)
+    conv.add_visible(VisibleMessage(id="u0", role="user", content="imported question " + "i" * 300, created_at=1.0))
+    conv.add_visible(VisibleMessage(id="a0", role="assistant", content="imported answer " + "j" * 300, created_at=1.0))
+    await store[1].flush()
+
+    async def summarize(transcript: str) -> str:
+        return f"Summary of {len(transcript)} characters."
+
+    summaries = 0
+    for n in range(1, 13):
+        await conv.load()
+        conv.add_visible(VisibleMessage(id=f"u{n}", role="user", content=f"question {n}", created_at=1.0))
+        if conv.needs_summary(400):
+            summaries += await conv.summarize(summarize)
+        conv.add_user(f"question {n} " + "x" * 400)
+        conv.begin_reply(f"a{n}")
+        conv.add_assistant([{"type": "text", "text": f"answer {n} " + "y" * 400}])
+        conv.replace_visible(VisibleMessage(id=f"a{n}", role="assistant", content=f"answer {n}", created_at=1.0,
+                                            parent_id=f"u{n}"))
+        held, chars = list(conv.messages), conv.chars
+        conv.release()
+        await store[1].flush()
+        stored = await store[0].load_history("u", "c", "model")
+        assert [item.data for item in stored] == held, n
+        assert (await store[0].history_size("u", "c", "model")).chars == chars
+    assert summaries >= 2
+    assert not any("imported" in str(item.data) for item in stored)

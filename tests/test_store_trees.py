@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any, Sequence
 
 import psycopg
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from chat_agent.store import (AppendHistory, DeleteHistoryItems, HistoryItem, PostgresStore, SetLeaf, SqliteStore,
                               Store, pg_schema, schema)
 from chat_agent.store import CreateConversation
+from chat_agent.store import tree_reads as trees
 from chat_agent.store.tree import EMPTY, ROOT
 from tests import pg
 
@@ -170,3 +172,71 @@ async def test_summaries_and_merged_items_belong_to_their_paths(tmp_path: Path, 
         await store.apply([DeleteHistoryItems(OWNER, "c", "model", ("x4", "x5"))])
         texts = [i.data["content"][0]["text"] for i in await store.load_history(OWNER, "c", "model")]
         assert texts == ["summary"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_a_path_is_read_from_its_newest_summary_on(tmp_path: Path, backend: str, request) -> None:
+    """A summary (`base`) stands for everything its path held up to its message: a path
+    through that message is read from there on (the same history as reading it all), a path
+    that left before it is read whole, and a running reply's items still count."""
+    store: Store = (SqliteStore(tmp_path / "t.db") if backend == "sqlite"
+                    else PostgresStore(request.getfixturevalue("pg_url")))
+    async with store:
+        def v(id: str, role: str, parent: str | None) -> HistoryItem:
+            return HistoryItem(id, {"id": id, "role": role, "createdAt": 1.0, "status": "complete"}, 0, 1,
+                               parent_id=ROOT if parent is None else parent)
+
+        def m(id: str, role: str, node: str | None, text: str, supersedes: tuple[str, ...] = (),
+              base: bool = False) -> HistoryItem:
+            return HistoryItem(id, {"role": role, "content": [{"type": "text", "text": text}]}, 1, len(text),
+                               node=node, supersedes=supersedes, base=base)
+
+        def texts(items: list[HistoryItem]) -> list[str]:
+            return [i.data["content"][0]["text"] for i in items]
+
+        await store.apply([CreateConversation(OWNER, "c", 1.0),
+                           AppendHistory(OWNER, "c", "visible", (
+                               v("u1", "user", None), v("a1", "assistant", "u1"), v("u2", "user", "a1"),
+                               v("a2", "assistant", "u2"), v("u3", "user", "a2"), v("a3", "assistant", "u3"))),
+                           AppendHistory(OWNER, "c", "model", (
+                               m("x1", "user", "u1", "q1"), m("x2", "assistant", "a1", "a1"),
+                               m("x3", "user", "u2", "q2"), m("x4", "assistant", "a2", "a2"),
+                               # made before u3's turn: u1..u2 summed up, q2 merged into it
+                               m("s", "user", "u2", "summary+q2", ("x1", "x2", "x3"), base=True),
+                               m("x5", "user", "u3", "q3"), m("x6", "assistant", "a3", "a3"))),
+                           SetLeaf(OWNER, "c", "a3")])
+        assert texts(await store.load_history(OWNER, "c", "model")) == ["summary+q2", "a2", "q3", "a3"]
+        assert texts(await store.load_history(OWNER, "c", "model", "a2")) == ["summary+q2", "a2"]
+        size = await store.history_size(OWNER, "c", "model")
+        assert (size.count, size.tokens, size.chars) == (4, 4, len("summary+q2a2q3a3"))
+
+        # a branch from a1, written after: its path never met the summary's message
+        await store.apply([AppendHistory(OWNER, "c", "visible", (v("u2b", "user", "a1"),)),
+                           AppendHistory(OWNER, "c", "model", (m("y1", "user", "u2b", "q2b"),)),
+                           SetLeaf(OWNER, "c", "u2b")])
+        assert texts(await store.load_history(OWNER, "c", "model")) == ["q1", "a1", "q2b"]
+        assert texts(await store.load_history(OWNER, "c", "model", "a3")) == ["summary+q2", "a2", "q3", "a3"]
+
+        # back on the summary's path, a turn under way: its reply is no message yet
+        await store.apply([AppendHistory(OWNER, "c", "visible", (v("u4", "user", "a3"),)),
+                           AppendHistory(OWNER, "c", "model", (m("z1", "user", "u4", "q4"),
+                                                                m("r1", "assistant", "r", "running"))),
+                           SetLeaf(OWNER, "c", "u4")])
+        assert texts(await store.load_history(OWNER, "c", "model")) == ["summary+q2", "a2", "q3", "a3", "q4", "running"]
+        assert texts(await store.load_history(OWNER, "c", "model", "a3")) == ["summary+q2", "a2", "q3", "a3"]
+        # a message read as its text (one that has no items), after the summary: still read
+        await store.apply([DeleteHistoryItems(OWNER, "c", "model", ("x5",))])
+        assert [i.id for i in await store.load_history(OWNER, "c", "model", "a3")] == ["s", "x4", "v:u3", "x6"]
+
+    if backend == "sqlite":  # and nothing before the summary's message was read for that
+        with sqlite3.connect(tmp_path / "t.db") as db:
+            read: list[str] = []  # the first column of every row read: the message's or item's id
+
+            def execute(sql: str, params: Sequence[Any]) -> list[Any]:
+                rows = db.execute(sql, params).fetchall()
+                read.extend(str(row[0]) for row in rows)
+                return rows
+
+            items = trees.run_sync(trees.read_model(OWNER, "c", "a3"), execute)
+            assert [i.id for i in items] == ["s", "x4", "v:u3", "x6"]
+            assert not {"u1", "a1", "x1", "x2"} & set(read)

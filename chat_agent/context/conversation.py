@@ -29,8 +29,10 @@ from chat_agent.ids import new_id
 Summarizer = Callable[[str], Awaitable[str]]
 
 
-def _kept(message: dict[str, Any]) -> KeptMessage:
-    return message if isinstance(message, KeptMessage) else KeptMessage(message)
+def _kept(message: dict[str, Any], raw: bytes | None = None) -> KeptMessage:
+    if isinstance(message, KeptMessage):
+        return message
+    return KeptMessage(message) if raw is None else KeptMessage.stored(message, raw)
 
 
 def _blocks(content: str | list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -106,9 +108,10 @@ class ConversationManager:
 
     def _hold(self, items: list[HistoryItem]) -> None:
         # Kept messages: each is encoded for the API once, not again with every call (nor
-        # after a summary, which holds the items it keeps again).
+        # after a summary, which holds the items it keeps again); one read from the store
+        # is sent as the JSON it was stored as.
         for item in items:
-            item.data = _kept(item.data)
+            item.data, item.raw = _kept(item.data, item.raw), None
         self._items = items
         self._messages = [item.data for item in items]
         self._history_tokens = sum(item.tokens for item in items)
@@ -298,7 +301,7 @@ class ConversationManager:
             op: AppendHistory | UpsertHistoryItem = AppendHistory(self.owner, self.conversation_id, "model", (item,))
         else:
             item = HistoryItem(id=old.id, data=message, tokens=tokens, chars=chars, node=old.node,
-                               supersedes=old.supersedes)
+                               supersedes=old.supersedes, base=old.base)
             op = UpsertHistoryItem(self.owner, self.conversation_id, "model", item)
         self._held[-1] = item
         self.messages[-1] = message
@@ -327,7 +330,7 @@ class ConversationManager:
         node = next((item.node for item in reversed(replaced) if item.node is not None), None)
         first = HistoryItem(id=new_id(hex_chars=16), data=head, tokens=self._counter.message(head),
                             chars=content_chars(head["content"]), node=node,
-                            supersedes=tuple(item.id for item in replaced))
+                            supersedes=tuple(item.id for item in replaced), base=True)
         self._hold([first, *kept])
         self._writer.submit([AppendHistory(self.owner, self.conversation_id, "model", (first,))])
         self.epoch += 1

@@ -36,6 +36,15 @@ class KeptMessage(dict[str, Any]):
         super().__init__(*args, **kwargs)
         self._made: dict[str, Any] = {}
 
+    @classmethod
+    def stored(cls, message: dict[str, Any], encoded: bytes) -> KeptMessage:
+        """A message read back from the JSON it was stored as (compact, UTF-8 as is, as
+        `encode_json` writes it): that JSON is its request JSON, so a conversation just
+        opened does not encode its whole history again for its first call."""
+        kept = cls(message)
+        kept._made["json"] = encoded
+        return kept
+
     def made(self, kind: str, make: Callable[[dict[str, Any]], T]) -> T:
         """`make(self)`, made the first time this `kind` is asked for."""
         made = self._made

@@ -394,9 +394,23 @@ _V12 = (
     "CREATE INDEX knowledge_chunks_tsv ON knowledge_chunks USING GIN (tsv)",
 )
 
+# Summaries marked, and the indexes a turn's model-facing history is read by (schema.py
+# explains them). The model-facing items' light columns are not in an index here: `supersedes`
+# (a summary's list of every item it replaces) can outgrow a B-tree entry, and TOAST keeps the
+# messages' JSON out of the rows.
+_V13 = (
+    "ALTER TABLE history_items ADD COLUMN base BOOLEAN NOT NULL DEFAULT FALSE",
+    "UPDATE history_items SET base = TRUE"
+    " WHERE history = 'model' AND supersedes IS NOT NULL AND json_array_length(CAST(supersedes AS json)) > 1",
+    "CREATE INDEX history_items_tree ON history_items (conversation_id, history, pos)"
+    " INCLUDE (id, parent_id, role, chars) WHERE history = 'visible'",
+    "CREATE INDEX history_items_by_node ON history_items (conversation_id, history, node, pos) WHERE history = 'model'",
+    "CREATE INDEX history_items_bases ON history_items (conversation_id, history, base, node) WHERE history = 'model'",
+)
+
 # MIGRATIONS[n - 1] takes a database from version n - 1 to version n. Append, never edit;
 # every version here is the same schema as schema.py's of that number.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11, _V12, _V13)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 _VERSION_TABLE = """CREATE TABLE IF NOT EXISTS schema_version (

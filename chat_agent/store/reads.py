@@ -11,6 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import jiter
+
 from chat_agent import edits
 from chat_agent.store.base import StoreError
 from chat_agent.store.records import ArtifactVersionRecord, HistoryItem, MemoriesRecord, QuickActionRecord, TurnRecord
@@ -124,8 +126,23 @@ def _content(conversation_id: str, index: int, chain: Sequence[Sequence[Any]]) -
 
 def item(row: Sequence[Any]) -> HistoryItem:
     id, data, tokens, chars, parent_id, node, supersedes = row
-    return HistoryItem(id, json.loads(data), tokens, chars, parent_id, node,
-                       tuple(json.loads(supersedes)) if supersedes else ())
+    return stored_item(id, data, tokens, chars, parent_id, node, tuple(json.loads(supersedes)) if supersedes else ())
+
+
+def stored_item(id: str, data: str, tokens: int, chars: int, parent_id: str | None, node: str | None,
+                supersedes: tuple[str, ...], base: bool = False) -> HistoryItem:
+    raw = data.encode()
+    return HistoryItem(id, parse(raw), tokens, chars, parent_id, node, supersedes, base, raw)
+
+
+def parse(raw: bytes) -> Any:
+    """JSON we stored. jiter reads a long message ~3× faster than json (a history of 300k
+    characters: 0.5 ms instead of 1.7); what it refuses and json reads (an escaped lone
+    surrogate) goes to json."""
+    try:
+        return jiter.from_json(raw, cache_mode="keys")
+    except ValueError:
+        return json.loads(raw)
 
 
 def turn(row: Sequence[Any]) -> TurnRecord:

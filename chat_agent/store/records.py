@@ -39,6 +39,11 @@ class HistoryItem:
     # a user message merged into what an aborted turn left) on every path that holds it.
     node: str | None = None
     supersedes: tuple[str, ...] = ()
+    # A summary: it stands for everything its path held up to its message (see tree.py).
+    base: bool = False
+    # The JSON `data` was read from (UTF-8), when it was: a request can send it as it is
+    # instead of encoding the message again (the first turn after a conversation is opened).
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

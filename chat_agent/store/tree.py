@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Container, Iterable, Mapping, Sequence
 
 from chat_agent.store.records import HistoryItem, HistorySize
 
@@ -99,6 +99,37 @@ class Tree:
         return path[start:end], start > 0
 
 
+class Links:
+    """Each visible message's parent, from LINK_ROWS and LEAF: the tree's paths without the
+    rest of it, all that a model-facing history read needs. The rows become a dict in C: a
+    path of 2,000 messages is read in a fraction of what Tree's per-message objects cost.
+    `nodes` maps each message to its stored parent (ROOT for a first message)."""
+
+    def __init__(self, rows: Sequence[Sequence[Any]], leaf: str | None):
+        self.nodes: dict[str, str | None] = dict(rows)  # type: ignore[arg-type]
+        if None in self.nodes.values():  # written without the tree in mind: it follows the one before it
+            previous: str | None = ROOT
+            for id, parent_id in rows:
+                if parent_id is None:
+                    self.nodes[id] = previous
+                previous = id
+        self.leaf = None if leaf == EMPTY else leaf if leaf in self.nodes else (
+            next(reversed(self.nodes)) if self.nodes else None)
+
+    def path(self, leaf: str | None = None) -> list[str]:
+        """Message ids from the root down to `leaf` (the active leaf by default), as Tree.path."""
+        at = self.leaf if leaf is None else leaf
+        nodes = self.nodes
+        path: list[str] = []
+        seen: set[str] = set()
+        while at is not None and at in nodes and at not in seen:
+            seen.add(at)
+            path.append(at)
+            at = nodes[at]
+        path.reverse()
+        return path
+
+
 def place(tree: Tree, id: str) -> tuple[str | None, int, int]:
     """A visible message's parent, and its place among its siblings with their count."""
     return (tree.nodes[id].parent_id, *tree.branch(id))
@@ -112,11 +143,12 @@ class ModelRow:
     node: str | None
     supersedes: tuple[str, ...]
     pos: int
+    base: bool  # a summary: see plan_model
 
 
 def model_rows(rows: Iterable[Sequence[Any]]) -> list[ModelRow]:
-    return [ModelRow(id, int(tokens), int(chars), node, tuple(json.loads(sup)) if sup else (), int(pos))
-            for id, tokens, chars, node, sup, pos in rows]
+    return [ModelRow(id, int(tokens), int(chars), node, tuple(json.loads(sup)) if sup else (), int(pos), bool(base))
+            for id, tokens, chars, node, sup, pos, base in rows]
 
 
 @dataclass(slots=True)
@@ -126,21 +158,31 @@ class ModelPlan:
 
     entries: list[tuple[str, str]]
     size: HistorySize
+    rows: dict[str, ModelRow]  # the model-facing items' rows read for it, by id
 
 
-def plan_model(tree: Tree, path: list[str], rows: list[ModelRow], active: bool = True) -> ModelPlan:
-    """`active`: `path` is the active path, whose running reply (not a visible message until
-    it ends, or until a cut turn is closed) owns the items of no message yet."""
+def plan_model(nodes: Container[str], path: list[str], rows: list[ModelRow], active: bool = True) -> ModelPlan:
+    """`nodes`: the visible messages' ids. `active`: `path` is the active path, whose running
+    reply (not a visible message until it ends, or until a cut turn is closed) owns the items
+    of no message yet. The plan's size counts its model-facing items; `size` adds the
+    messages read as their text."""
     depth = {id: n for n, id in enumerate(path)}
     by_id = {row.id: row for row in rows}
-    running = {row.node for row in rows if active and row.node is not None and row.node not in tree.nodes}
+    running = {row.node for row in rows if active and row.node is not None and row.node not in nodes}
     for node in running:
         depth[node] = len(path)  # after the whole path
     included = [row for row in rows if row.node is None or row.node in depth]
+    # A summary (`base`) stands for everything its path held up to its message, which is the
+    # message of the newest item it replaced: what messages before that one have is not in
+    # the history, and none is read as its text. So a read may stop at the newest summary of
+    # the path (tree_reads.py): nothing before it changes the plan.
+    floor = max((depth[row.node] for row in included if row.base and row.node is not None), default=-1)
+    if floor > 0:
+        included = [row for row in included if row.node is None or depth[row.node] >= floor]
     # An item may name messages among what it replaces: it stands for them (the history from
     # before trees stands for every message of the path it was written on).
     covered = {row.node for row in included} | {old for row in included for old in row.supersedes
-                                                if old in tree.nodes}
+                                                if old in nodes} | set(path[:floor + 1])
     covered -= running
     if None in covered:  # items written without the tree in mind: they are every path's history
         covered = set(path)
@@ -150,34 +192,43 @@ def plan_model(tree: Tree, path: list[str], rows: list[ModelRow], active: bool =
     # An item of no message (written without the tree in mind) stands after what was written
     # before it.
     after: dict[str, int] = {}
-    last = -1
-    for row in rows:
-        if row.node in depth:
-            last = max(last, depth[row.node])
-        after[row.id] = last
+    if any(row.node is None for row in rows):
+        last = -1
+        for row in rows:
+            if row.node in depth:
+                last = max(last, depth[row.node])
+            after[row.id] = last
+
+    def own(row: ModelRow) -> tuple[int, int]:
+        # A summary stands first of all: it replaced the start of the history.
+        return (-1 if row.base else depth[row.node] if row.node in depth else after[row.id], row.pos)
 
     def key(row: ModelRow) -> tuple[int, int]:
         # An item that replaces others stands where the first of them stood.
         if row.id not in keys:
-            own = (depth[row.node] if row.node in depth else after[row.id], row.pos)
-            keys[row.id] = own  # a guard against cycles
-            keys[row.id] = min([own, *(key(by_id[old]) for old in row.supersedes if old in by_id)])
+            keys[row.id] = own(row)  # a guard against cycles
+            keys[row.id] = min([keys[row.id], *(key(by_id[old]) for old in row.supersedes if old in by_id)])
         return keys[row.id]
 
-    ordered: list[tuple[tuple[int, int, int], tuple[str, str]]] = []
+    ordered: list[tuple[int, int, int, str, str]] = []
     tokens = chars = 0
     for row in included:
         if row.id not in replaced:
-            ordered.append(((*key(row), 0), ("model", row.id)))
+            ordered.append((*(key(row) if row.supersedes else own(row)), 0, "model", row.id))
             tokens, chars = tokens + row.tokens, chars + row.chars
     for id in path:
         if id not in covered:
-            node = tree.nodes[id]
-            ordered.append(((depth[id], -1, 0), ("visible", id)))
-            tokens, chars = tokens + synthetic_tokens(node.chars), chars + node.chars
-    ordered.sort(key=lambda pair: pair[0])
-    entries = [entry for _, entry in ordered]
-    return ModelPlan(entries, HistorySize(len(entries), tokens, chars))
+            ordered.append((depth[id], -1, 0, "visible", id))
+    ordered.sort(key=lambda entry: entry[:3])  # stable: items in a tie stay in the order written
+    entries = [(kind, id) for *_, kind, id in ordered]
+    return ModelPlan(entries, HistorySize(len(entries), tokens, chars), by_id)
+
+
+def size(plan: ModelPlan, chars: Mapping[str, int]) -> HistorySize:
+    """The plan's size with its messages read as their text (`chars`: theirs) counted in."""
+    shown = [chars.get(id, 0) for kind, id in plan.entries if kind == "visible"]
+    return HistorySize(plan.size.count, plan.size.tokens + sum(synthetic_tokens(n) for n in shown),
+                       plan.size.chars + sum(shown))
 
 
 def synthetic_tokens(chars: int) -> int:
@@ -205,7 +256,8 @@ def model_items(plan: ModelPlan, model: dict[str, HistoryItem], visible: dict[st
             last = items[-1]
             merged = {"role": role, "content": [*_blocks(last.data["content"]), block]}
             items[-1] = HistoryItem(last.id, merged, last.tokens + synthetic_tokens(len(text)),
-                                    last.chars + len(text), node=last.node, supersedes=last.supersedes)
+                                    last.chars + len(text), node=last.node, supersedes=last.supersedes,
+                                    base=last.base)
             continue
         items.append(HistoryItem(f"v:{id}", {"role": role, "content": [block]}, synthetic_tokens(len(text)),
                                  len(text), node=id))

@@ -76,7 +76,8 @@ PRUNE_EVENTS = (
 )
 APPEND_ITEM = (
     "INSERT INTO history_items (conversation_id, history, pos, id, data, tokens, chars, parent_id, role, node,"
-    f" supersedes) SELECT ?1, ?2, {_NEXT_POS}, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?11 WHERE " + _OWNED.format(n=7)
+    f" supersedes, base) SELECT ?1, ?2, {_NEXT_POS}, ?3, ?4, ?5, ?6, ?8, ?9, ?10, ?11, ?12 WHERE "
+    + _OWNED.format(n=7)
 )
 # The conflict branch leaves `pos` alone, which is what keeps an upserted item in place.
 UPSERT_ITEM = (
@@ -345,7 +346,7 @@ def _append_events(op: AppendEvents) -> list[Step]:
 def _item_rows(cid: str, history: str, items: Sequence[HistoryItem], owner: str) -> list[Row]:
     return [(cid, history, i.id, dumps(i.data), i.tokens, i.chars, owner, i.parent_id,
              i.data.get("role") if history == "visible" else None, i.node,
-             dumps(list(i.supersedes)) if i.supersedes else None) for i in items]
+             dumps(list(i.supersedes)) if i.supersedes else None, i.base) for i in items]
 
 
 def _turn_row(op: StartTurn) -> Row:
