@@ -5,14 +5,16 @@ the (fake) Anthropic API with the anthropic SDK and relays its text the way ours
 nothing else: the deltas of each ~50 ms are merged into one `content_chunk` (the first after
 a quiet spell goes out at once; chat_agent/sessions/coalesce.py, the same code as ours),
 one task per socket writes the frames, and the stream lets other sockets' work in every
-5 ms as ours does (chat_agent/model/fair.py). Then a `done` frame. No history, no store,
-no event log, no validation: the floor a relay at our cadence can reach. (Sending one frame
-per delta instead measured the frame count, not the relay.) Served by uvicorn
-exactly as `server.py` serves ours (per-message-deflate off, same loop/http/ws choices), and
-calling the API through the same HTTP client (the SDK's aiohttp one) with the same request
-as ours: the system prompt and the tools the same configuration gives ours (from the same
-environment), so the fake upstream, which shares the machine's two cores, has the same work
-per request for both, and only what the relays do differs.
+5 ms as ours does (chat_agent/model/fair.py). Then a `done` frame. The conversation is kept
+in a list per socket and sent with each message, as any chat relay must; no store, no event
+log, no validation: the floor a relay at our cadence can reach. (Sending one frame per delta
+instead measured the frame count, not the relay.) Served by uvicorn exactly as `server.py`
+serves ours (per-message-deflate off, same loop/http/ws choices), and calling the API through
+the same HTTP client (the SDK's aiohttp one), reading its events as the API's JSON as ours
+does, with the same request as ours: the system prompt, the tools the same configuration
+gives ours (from the same environment) and the conversation so far, so the fake upstream,
+which shares the machine's two cores, has the same work per request for both, and only what
+the relays do differs.
 
     ANTHROPIC_BASE_URL=... ANTHROPIC_API_KEY=... python bench/bare_relay.py --port 8765
 """
@@ -47,6 +49,7 @@ from tools import build_registry  # noqa: E402
 
 MODEL = os.environ.get("CHAT_AGENT_MODEL") or "claude-sonnet-4-5"
 MAX_TOKENS = 8192  # what our server asks for by default
+EVENTS = anthropic.AsyncStream[object]  # each event the API's JSON, as chat_agent/model/anthropic.py reads them
 
 
 def request_extras() -> dict:
@@ -86,26 +89,30 @@ def build_app() -> Starlette:
 
         sender = asyncio.create_task(send_loop())
         client = state["client"]
+        history: list[dict] = []  # the conversation so far, sent with each message as ours sends it
         try:
             while True:
                 frame = json.loads(await ws.receive_text())
                 if frame.get("type") != "message":
                     continue
+                history.append({"role": "user", "content": frame["content"]})
                 coalescer = DeltaCoalescer(emit)
-                stop_reason = None
-                # Raw events, as ours reads them: the SDK's MessageStream would rebuild the message
-                # on every event, work the floor need not do.
-                async with await client.messages.create(model=MODEL, max_tokens=MAX_TOKENS, **extras, stream=True,
-                                                        messages=[{"role": "user", "content": frame["content"]}]) \
-                        as events:
+                stop_reason, text = None, []
+                # The events as the API's JSON, as ours reads them (the SDK's `post` with `object`
+                # as the event type): no SDK object per event, work the floor need not do.
+                async with await client.post("/v1/messages", cast_to=object, stream=True, stream_cls=EVENTS,
+                                             body={"model": MODEL, "max_tokens": MAX_TOKENS, **extras,
+                                                   "stream": True, "messages": history}) as events:
                     fair = FairShare()
                     async for event in events:
-                        if event.type == "content_block_delta" and event.delta.type == "text_delta":
-                            coalescer.offer(ContentChunk(message_id="m", content=event.delta.text))
-                        elif event.type == "message_delta":
-                            stop_reason = event.delta.stop_reason
+                        if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
+                            text.append(event["delta"]["text"])
+                            coalescer.offer(ContentChunk(message_id="m", content=event["delta"]["text"]))
+                        elif event["type"] == "message_delta":
+                            stop_reason = event["delta"].get("stop_reason")
                         await fair.take_turns()
                 coalescer.flush()
+                history.append({"role": "assistant", "content": "".join(text) or "(no reply)"})
                 out.append(json.dumps({"type": "done", "stopReason": stop_reason}))
                 wake.set()
         except WebSocketDisconnect:
