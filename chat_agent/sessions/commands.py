@@ -20,6 +20,7 @@ from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContex
                                  SwitchBranchIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.branches import Branches
+from chat_agent.urgency import LONGEST_PAUSE
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import LiveConversation
@@ -203,8 +204,9 @@ class Commands:
                 case RenameIn(title=title):
                     live.set_title(title)
                 case AbortIn():
-                    with self._agent.urgency.first():  # the streams of other turns wait meanwhile
-                        await live.abort()
+                    with self._agent.urgency.first():  # the streams of other turns wait meanwhile,
+                        await live.abort()  # until its `done` is stored and handed to the sockets
+                        await live.shown_through(live.seq, LONGEST_PAUSE)
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):
                     if not live.approve(tool_id, approved, message):
                         raise FrameRejected("not_found", f"No tool call waits for approval under {tool_id!r} "

@@ -67,6 +67,7 @@ class LiveConversation:
         self._idle = idle
         self._seq = record.last_seq
         self._shown = record.last_seq  # the newest seq handed to this instance's listeners
+        self._shown_waiters: list[tuple[int, asyncio.Future[None]]] | None = None  # `shown_through`
         # Logged, not committed yet: (seq, text), oldest first; shown first if the store fails.
         self._uncommitted: deque[tuple[int, str]] = deque()
         self._deltas = DeltaCoalescer(self._log)
@@ -162,7 +163,29 @@ class LiveConversation:
         if seq > self._shown:
             self._shown = seq
             self.deliver(seq, frame[3])
+            if self._shown_waiters:
+                self._wake_shown()
         self._bus.publish(self.id, frame)
+
+    async def shown_through(self, seq: int, timeout: float) -> None:
+        """Returns once frame `seq` was stored and handed to the listeners here, or after
+        `timeout` seconds (a store that does not answer)."""
+        if self._shown >= seq:
+            return
+        future = asyncio.get_running_loop().create_future()
+        if self._shown_waiters is None:
+            self._shown_waiters = []
+        self._shown_waiters.append((seq, future))
+        await asyncio.wait([future], timeout=timeout)
+
+    def _wake_shown(self) -> None:
+        waiting = []
+        for seq, future in self._shown_waiters or ():
+            if seq <= self._shown and not future.done():
+                future.set_result(None)
+            elif not future.done():
+                waiting.append((seq, future))
+        self._shown_waiters = waiting or None
 
     def show_uncommitted(self) -> None:
         """The store is unavailable: what was logged goes out now, in seq order, not once it
