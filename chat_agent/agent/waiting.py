@@ -47,9 +47,10 @@ class _Relay:
         self._waiter: asyncio.Future[None] | None = None  # the caller, waiting for an item
         self._room: asyncio.Future[None] | None = None  # the stream, waiting for the caller to take some
         self._urgency = urgency
-        self._task = self._loop.create_task(self._pump(stream, urgency), name="model-call")
+        self._task = self._loop.create_task(self._pump(stream), name="model-call")
 
-    async def _pump(self, stream: AsyncIterator[StreamItem], urgency: Urgency | None) -> None:
+    async def _pump(self, stream: AsyncIterator[StreamItem]) -> None:
+        urgency = self._urgency
         try:
             async with aclosing(stream) as items:  # type: ignore[type-var]
                 async for item in items:

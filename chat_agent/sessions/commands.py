@@ -20,7 +20,6 @@ from chat_agent.protocol import (AbortIn, AnyClientFrame, ApproveIn, ClearContex
                                  SwitchBranchIn, client_frames)
 from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.branches import Branches
-from chat_agent.urgency import LONGEST_PAUSE
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.jobs import ConversationJobs
 from chat_agent.sessions.live import LiveConversation
@@ -30,6 +29,7 @@ from chat_agent.sessions.queue import Job
 from chat_agent.sessions.registry import CLAIM_ATTEMPTS, CLAIM_RETRY, Registry
 from chat_agent.sessions.turn import Outcome, Prepared, RunningTurn
 from chat_agent.tracing import attached, extract, forward_span, inject
+from chat_agent.urgency import LONGEST_PAUSE
 
 log = logging.getLogger(__name__)
 

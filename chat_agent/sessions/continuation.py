@@ -27,7 +27,7 @@ from chat_agent.agent.loop import Agent
 from chat_agent.config import Settings
 from chat_agent.protocol import ApprovalInfo, ContextUpdate, ReviewInfo, StatusFrame, ToolEnd, ToolStart, Usage, server_frames
 from chat_agent.rejection import FrameRejected
-from chat_agent.sessions.cut import Keep, held
+from chat_agent.sessions.cut import Keep
 from chat_agent.sessions.fold import open_tools
 from chat_agent.sessions.live import LiveConversation
 from chat_agent.sessions.ownership import Ownership
@@ -86,8 +86,7 @@ class Continuer:
     def repeatable(self, name: str) -> bool:
         return self._agent.registry.repeatable(name) or name in self._settings.repeatable_tools
 
-    async def resume(self, live: LiveConversation, record: TurnRecord,
-                     keep: Keep = held) -> RunningTurn | None:
+    async def resume(self, live: LiveConversation, record: TurnRecord, keep: Keep) -> RunningTurn | None:
         """The cut turn, running again here; None when it cannot go on (close it instead)."""
         if not self._settings.continue_turns or record.spec is None:
             return None

@@ -27,12 +27,8 @@ from chat_agent.store import Store, TurnRecord
 Keep = Callable[[LiveConversation], bool]
 
 
-def held(live: LiveConversation) -> bool:
-    return True
-
-
 class Resumer(Protocol):
-    async def resume(self, live: LiveConversation, record: TurnRecord, keep: Keep = held) -> RunningTurn | None: ...
+    async def resume(self, live: LiveConversation, record: TurnRecord, keep: Keep) -> RunningTurn | None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +66,7 @@ NOT_SAVED = Cut(
 
 
 async def end_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut,
-                       resumer: Resumer | None = None, keep: Keep = held) -> RunningTurn | bool:
+                       resumer: Resumer | None, keep: Keep) -> RunningTurn | bool:
     """Continues the turn here (the turn, running again) or closes it (True); False when it
     is not cut off after all (it runs or ended here: the store is behind), or another turn
     runs here now."""
@@ -83,8 +79,7 @@ async def end_cut_turn(live: LiveConversation, store: Store, record: TurnRecord,
     return await close_cut_turn(live, store, record, cut, keep)
 
 
-async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut,
-                         keep: Keep = held) -> bool:
+async def close_cut_turn(live: LiveConversation, store: Store, record: TurnRecord, cut: Cut, keep: Keep) -> bool:
     """Closes the turn; False when it is not cut off after all (it runs or ended here: the
     store is behind), or another turn runs here now."""
     if live.knows_turn(record.id) or live.turn is not None:

@@ -181,9 +181,11 @@ class LiveConversation:
     def _wake_shown(self) -> None:
         waiting = []
         for seq, future in self._shown_waiters or ():
-            if seq <= self._shown and not future.done():
+            if future.done():
+                continue  # its wait timed out
+            if seq <= self._shown:
                 future.set_result(None)
-            elif not future.done():
+            else:
                 waiting.append((seq, future))
         self._shown_waiters = waiting or None
 
