@@ -23,6 +23,7 @@ from chat_agent.files.blobs import BlobNotFound, LocalBlobs, S3Blobs, open_blobs
 from chat_agent.config import Settings
 from chat_agent.files.catalog import FileError, Files, StoredFile, clean_filename, open_files
 from chat_agent.files.sniff import DOCX, sniff
+from chat_agent.store import sqlite as sqlite_store
 from chat_agent.store import (AddFile, AttachFile, ConstraintError, CreateConversation, DeleteConversation,
                               FileRecord, SqliteStore, op_scope, schema)
 from chat_agent.store.writes import plan
@@ -221,6 +222,7 @@ async def test_a_version_2_database_gains_the_files_tables(tmp_path: Path, monke
     with monkeypatch.context() as old:  # this build as it was before the files migration
         old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
         old.setattr(schema, "SCHEMA_VERSION", 2)
+        old.setattr(sqlite_store, "_ANY_PENDING", "SELECT 1 WHERE 0")  # nor its search index's queue
         async with SqliteStore(path) as store:
             await store.apply([CreateConversation(ALICE, "c1", 1.0)])
     async with SqliteStore(path) as store:

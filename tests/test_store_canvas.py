@@ -40,6 +40,7 @@ from chat_agent.store import (
     TurnRecord,
     op_scope,
 )
+from chat_agent.store import sqlite as sqlite_store
 from chat_agent.store import reads, schema
 from chat_agent.store.writes import plan
 from tests.stores import Backend
@@ -358,6 +359,7 @@ async def test_a_version_1_database_upgrades_in_place(
     with monkeypatch.context() as old:  # this build as it was before the canvas migration
         old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
         old.setattr(schema, "SCHEMA_VERSION", 1)
+        old.setattr(sqlite_store, "_ANY_PENDING", "SELECT 1 WHERE 0")  # nor its search index's queue
         # its reads, too, knew no column of a later migration
         old.setattr(reads, "CONVERSATION", "SELECT id, owner, title, created_at, updated_at, last_seq FROM conversations")
         async with SqliteStore(path) as store:

@@ -15,6 +15,7 @@ import pytest_asyncio
 from chat_agent import edits
 from chat_agent.store import (AddArtifactVersion, ArtifactVersionRecord, ConstraintError, CreateConversation,
                               DeleteConversation, SelectArtifactVersion, SqliteStore, Store, VersionDelta)
+from chat_agent.store import sqlite as sqlite_store
 from chat_agent.store import schema
 from chat_agent.store.writes import DELTA_SHARE, MAX_CHAIN
 from tests import pace
@@ -173,6 +174,7 @@ async def test_a_database_of_whole_versions_upgrades_and_chains_on_from_them(
     with monkeypatch.context() as old:  # this build as it was before migration 5
         old.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:4])
         old.setattr(schema, "SCHEMA_VERSION", 4)
+        old.setattr(sqlite_store, "_ANY_PENDING", "SELECT 1 WHERE 0")  # nor its search index's queue
         async with SqliteStore(path) as store:
             await store.apply([CreateConversation(ALICE, "c1", 1.0)])
     with sqlite3.connect(path) as db:  # versions as that build wrote them: every one whole

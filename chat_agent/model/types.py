@@ -28,7 +28,8 @@ class KeptMessage(dict[str, Any]):
     it (its JSON, a provider's form of it) is made once (`made`), so that a request encodes
     only what is new, however long the history. Never changed in place (the history
     replaces a message, it does not edit one): a change would not reach what was made of it
-    already, so every way to make one is refused."""
+    already, so every way to make one is refused. The tool registry keeps its tools'
+    declarations as these too, since every call sends them again as well."""
 
     __slots__ = ("_made",)
 
@@ -134,12 +135,16 @@ class ModelRequest:
         return params
 
     def body(self, **extra: Any) -> bytes:
-        """`params()` (and `extra`) as the JSON a Messages API request sends: the messages are
-        joined from their own JSON, which the history's kept messages made once."""
+        """`params()` (and `extra`) as the JSON a Messages API request sends: the messages and
+        tools are joined from their own JSON, which the kept ones (the history's messages, the
+        registry's tools) made once."""
         params = {**self.params(), **extra}
-        messages = params.pop("messages")
-        head = encode_json(params)
-        return b"".join((head[:-1], b',"messages":[', b",".join(made_of(messages, "json", encode_json)), b"]}"))
+        messages, tools = params.pop("messages"), params.pop("tools", None)
+        parts = [encode_json(params)[:-1]]
+        if tools:
+            parts += (b',"tools":[', b",".join(made_of(tools, "json", encode_json)), b"]")
+        parts += (b',"messages":[', b",".join(made_of(messages, "json", encode_json)), b"]}")
+        return b"".join(parts)
 
 
 @dataclass(slots=True)

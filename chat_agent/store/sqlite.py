@@ -60,7 +60,7 @@ from chat_agent.store.records import (
     SearchHit,
     TurnRecord,
 )
-from chat_agent.store.schema import PRAGMAS, migrate
+from chat_agent.store.schema import INDEX_PENDING, PRAGMAS, migrate
 from chat_agent.store.writes import plan
 
 MEMORY = ":memory:"
@@ -540,6 +540,9 @@ def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -
     return reads.version(conversation_id, row, chain)
 
 
+_ANY_PENDING = "SELECT 1 FROM search_pending LIMIT 1"
+
+
 class _Locked(Exception):
     """Another connection holds the write lock; nothing was written."""
 
@@ -575,6 +578,9 @@ def _apply(db: sqlite3.Connection, steps: list[tuple[str, list[Any]]], fences: d
                 raise FencedOut(fenced)
         for sql, rows in steps:
             db.executemany(sql, rows)
+        if db.execute(_ANY_PENDING).fetchone() is not None:  # the batch's new search documents
+            for sql in INDEX_PENDING:
+                db.execute(sql)
         db.execute("COMMIT")
     except BaseException as exc:
         db.rollback()

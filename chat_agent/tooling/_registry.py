@@ -16,6 +16,7 @@ from chat_agent.tooling._caps import cap_content, cap_output, cap_status, cap_te
 from chat_agent.tooling._progress import Pulse
 from chat_agent.tooling._schema import anthropic_schema
 from chat_agent.tooling._types import ToolAvailability, ToolContext, ToolResult, ToolServices
+from chat_agent.model.types import KeptMessage
 from chat_agent.text import scrub, scrub_json
 from chat_agent.tracing import tool_span
 
@@ -71,7 +72,7 @@ class ToolRegistry:
         if not _NAME.match(tool.name):
             raise ValueError(f"invalid tool name {tool.name!r}: the API wants 1-64 of [a-zA-Z0-9_-]")
         adapter = Adapter(tool, self._default_timeout if timeout is None else timeout)
-        schema = anthropic_schema(tool)  # once: stable bytes keep the prompt cache warm
+        schema = KeptMessage(anthropic_schema(tool))  # once: stable bytes keep the prompt cache warm
         self._make_room(tool.name, replace)
         self._schemas[tool.name] = schema
         self._tools[tool.name] = adapter
