@@ -221,6 +221,25 @@ async def until(ws: Any, frame_type: str, timeout: float = 15.0, skip: tuple[str
             return frames
 
 
+async def resumed(ws: Any, after_seq: int, frame_type: str = "done", timeout: float = 15.0,
+                  skip: tuple[str, ...] = PASSING) -> list[dict]:
+    """What a `resume` from `after_seq` brings, in seq order, up to the first `frame_type`
+    and with no seq missing before it. Right after a reconnect, live frames may come before
+    the older ones the `session` summed up (docs/protocol.md): a client orders them by seq."""
+    import asyncio
+    deadline = pace.Deadline(timeout)
+    got: dict[int, dict] = {}
+    while True:
+        end = next((seq for seq, f in sorted(got.items()) if f["type"] == frame_type), None)
+        if end is not None and all(seq in got for seq in range(after_seq + 1, end + 1)):
+            return [got[seq] for seq in range(after_seq + 1, end + 1) if got[seq]["type"] not in skip]
+        assert not deadline.expired(), f"no {frame_type} with every frame before it after {deadline.elapsed():.1f} s"
+        frame = json.loads(await asyncio.wait_for(ws.recv(), pace.scaled(timeout)))
+        if "seq" in frame:
+            assert frame["seq"] not in got, f"seq {frame['seq']} sent twice on one connection"
+            got[frame["seq"]] = frame
+
+
 async def send(ws: Any, **frame: Any) -> None:
     await ws.send(json.dumps(frame))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.instances import instances, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
-from tests.support import connect, recv, send, text_of, until
+from tests.support import connect, recv, resumed, send, text_of, until
 
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
 SHORT_LEASE = {"CHAT_AGENT_LEASE_SECONDS": "3"}
@@ -28,7 +28,7 @@ async def _rest_of_turn(server, conversation_id: str, after_seq: int) -> list[di
     """What a client that held frames up to `after_seq` gets of the turn, through `resume`."""
     ws, _ = await connect(server, conversation_id)
     await send(ws, type="resume", afterSeq=after_seq)
-    frames = await until(ws, "done", timeout=40)
+    frames = await resumed(ws, after_seq, timeout=40)
     await ws.close()
     return frames
 

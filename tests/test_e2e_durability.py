@@ -9,7 +9,7 @@ import websockets
 
 from tests import reaper
 from tests.fakes.anthropic_fake import Reply, ToolUse
-from tests.support import connect, recv, send, text_of, until
+from tests.support import connect, recv, resumed, send, text_of, until
 
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
 # A killed server's lease has to expire before another process closes its turn: short here.
@@ -115,7 +115,7 @@ async def test_sigterm_hands_the_running_turn_to_the_next_start(make_server, tmp
     server = make_server(data)
     ws, _ = await connect(server, session["conversationId"])
     await send(ws, type="resume", afterSeq=seen[-1]["seq"])
-    frames = seen + await until(ws, "done", timeout=30)
+    frames = seen + await resumed(ws, seen[-1]["seq"], timeout=30)
     assert frames[-1]["stopReason"] == "end_turn" and text_of(frames).endswith(" and the end.")
     assert [f["type"] for f in frames].count("done") == 1
     reply = server.get(f"/api/conversations/{session['conversationId']}")[1]["messages"][-1]

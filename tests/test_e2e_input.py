@@ -120,10 +120,17 @@ async def test_http_routes(server, fake_anthropic):
     await until(ws, "done")
     await ws.close()
     conversation_id = session["conversationId"]
-    listed = server.get("/api/conversations")[1]["conversations"]
-    # newest first (another test's conversation may have got its title, an update, meanwhile)
-    assert conversation_id in [c["id"] for c in listed]
-    assert [c["updatedAt"] for c in listed] == sorted((c["updatedAt"] for c in listed), reverse=True)
+    # Newest first, page by page. A conversation changed while it is listed (its title may
+    # land just after the first page's moment) is on a later window's page: follow the cursor.
+    seen, cursor = [], None
+    while True:
+        page = server.get("/api/conversations" + (f"?cursor={cursor}" if cursor else ""))[1]
+        listed = page["conversations"]
+        assert [c["updatedAt"] for c in listed] == sorted((c["updatedAt"] for c in listed), reverse=True)
+        seen += [c["id"] for c in listed]
+        if (cursor := page["nextCursor"]) is None:
+            break
+    assert conversation_id in seen
     assert server.request("DELETE", f"/api/conversations/{conversation_id}")[0] == 204
     assert server.get(f"/api/conversations/{conversation_id}")[0] == 404
     assert server.request("DELETE", f"/api/conversations/{conversation_id}")[0] == 404

@@ -150,8 +150,8 @@ async def test_abort_mid_stream_and_mid_tool_then_the_history_is_still_valid(ser
     left = fake_openai.left
     fake_openai.enqueue(Reply("word " * 100, chunk_size=5, hang_after=6), when=is_main)
     await send(ws, type="message", content="write a lot")
-    seen = [await recv(ws) for _ in range(2)]
-    assert all(f["type"] == "content_chunk" for f in seen)
+    seen = [await recv(ws)]  # what came before the model hung, merged in one frame or two
+    assert seen[0]["type"] == "content_chunk"
     started = time.monotonic()
     await send(ws, type="abort")
     frames = seen + await until(ws, "done")

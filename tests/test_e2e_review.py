@@ -20,7 +20,7 @@ from tests.conftest import SMALL_MODEL
 from tests.fakes.anthropic_fake import Reply, ToolUse, Verdict
 from tests.fakes.anthropic_script import is_review
 from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
-from tests.support import connect, polled, recv, send, until
+from tests.support import connect, polled, recv, resumed, send, until
 
 DRAFT = "Tides rise and fall twice a day."
 REVISED = DRAFT + "\n\nIn short: check the tide table before you go."
@@ -296,7 +296,7 @@ async def test_a_question_open_when_its_server_dies_is_accepted_once(make_server
     server = make_server(data, **lease)  # the turn goes on here: it only had to end
     ws, _ = await connect(server, cid)
     await send(ws, type="resume", afterSeq=request["seq"])
-    frames = await until(ws, "done", timeout=40)
+    frames = await resumed(ws, request["seq"], timeout=40)
     decided = of(frames, "review_decision")
     assert [(d["reviewId"], d["decision"], d["reason"]) for d in decided] == \
         [(request["reviewId"], "accept", "interrupted")]

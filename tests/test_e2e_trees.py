@@ -8,7 +8,7 @@ import json
 
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.instances import instances, moto, s3_env  # noqa: F401  (fixtures)
-from tests.support import connect, recv, send, text_of, until
+from tests.support import connect, recv, resumed, send, text_of, until
 
 
 def texts(body: dict) -> list[str]:
@@ -146,12 +146,13 @@ async def test_regenerate_on_a_second_instance_and_a_reconnect_mid_regenerate(in
     assert session_b["leafId"] == first
     fake_anthropic.enqueue(Reply("Second reply, streamed slowly in pieces. " * 6, chunk_size=6, delay=0.02))
     await send(ws_b, type="regenerate")
-    got = await until(ws_b, "content_chunk", timeout=30)
+    # Every frame counted (a title or a status has a seq too), in seq order once resumed.
+    got = await until(ws_b, "content_chunk", timeout=30, skip=())
     await ws_b.close()  # mid-reply
     seq = max(f["seq"] for f in got if "seq" in f)
     ws_b, _ = await connect(b, cid)
     await send(ws_b, type="resume", afterSeq=seq)
-    rest = await until(ws_b, "done", timeout=30)
+    rest = await resumed(ws_b, seq, timeout=30, skip=())
     seqs = [f["seq"] for f in got + rest if "seq" in f]
     assert seqs == list(range(seqs[0], seqs[-1] + 1))  # no gap, no repeat
     assert text_of(got + rest).startswith("Second reply")

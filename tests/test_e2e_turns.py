@@ -47,8 +47,9 @@ async def test_plain_turn_streams_and_is_stored(server, fake_anthropic):
 
 
 async def test_a_burst_is_merged_into_few_frames_that_the_log_replays_alike(server, fake_anthropic):
-    """400 deltas sent at once: the first goes out alone and at once, the rest merged per
-    50 ms; what was sent is what `resume` replays, under the same seqs."""
+    """400 deltas sent at once: what the server has read of them when the turn first takes
+    any goes out at once, in one frame (the first text is never held for the window), the
+    rest merged per 50 ms; what was sent is what `resume` replays, under the same seqs."""
     ws, session = await connect(server)
     words = " ".join(f"w{i}" for i in range(800))
     fake_anthropic.enqueue(Reply(words, chunk_size=5))
@@ -56,8 +57,8 @@ async def test_a_burst_is_merged_into_few_frames_that_the_log_replays_alike(serv
     frames = await until(ws, "done")
     assert_seqs(frames, 0)
     chunks = [f for f in frames if f["type"] == "content_chunk"]
-    assert text_of(frames) == words and 2 <= len(chunks) <= 20, len(chunks)
-    assert chunks[0]["content"] == words[:5]  # the first delta is never held back
+    assert text_of(frames) == words and 1 <= len(chunks) <= 20, len(chunks)
+    assert chunks[0]["content"].startswith(words[:5])  # the first text is never held back
     replay, _ = await connect(server, session["conversationId"])
     await send(replay, type="resume", afterSeq=0)
     assert [await recv(replay) for _ in frames] == frames  # (the title job's frame may come at any point)
@@ -65,7 +66,7 @@ async def test_a_burst_is_merged_into_few_frames_that_the_log_replays_alike(serv
     fake_anthropic.enqueue(Reply(words, chunk_size=5))
     await send(ws, type="message", content="again")
     again = [f for f in await until(ws, "done") if f["type"] == "content_chunk"]
-    assert again[0]["content"] == words[:5] and "".join(f["content"] for f in again) == words
+    assert again[0]["content"].startswith(words[:5]) and "".join(f["content"] for f in again) == words
     await ws.close(), await replay.close()
 
 

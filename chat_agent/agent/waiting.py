@@ -17,7 +17,7 @@ from contextlib import aclosing
 from typing import AsyncIterator, Union
 
 from chat_agent.agent.events import ModelRetrying, ModelWaiting
-from chat_agent.model import LLMError, Retry, StreamItem
+from chat_agent.model import LLMError, Retry, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
 from chat_agent.urgency import Urgency
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,27 @@ Watched = Union[StreamItem, ModelWaiting, ModelRetrying]
 def _wake(future: asyncio.Future[None] | None) -> None:
     if future is not None and not future.done():
         future.set_result(None)
+
+
+def _merged(items: deque[StreamItem]) -> StreamItem:
+    """The next item, with the deltas of the same kind that follow it joined to it (text,
+    thinking, one tool call's input): a reply that came in a burst is handed up in a few
+    pieces, not one per event through every layer above (the frames merge them anyway,
+    `sessions/coalesce.py`)."""
+    item = items.popleft()
+    if not items or type(items[0]) is not type(item):
+        return item
+    if isinstance(item, (TextDelta, ThinkingDelta)):
+        texts = [item.text]
+        while items and type(items[0]) is type(item):
+            texts.append(items.popleft().text)  # type: ignore[union-attr]
+        return type(item)("".join(texts))
+    if isinstance(item, ToolInputDelta):
+        pieces = [item.piece]
+        while items and isinstance(items[0], ToolInputDelta) and items[0].tool_id == item.tool_id:
+            pieces.append(items.popleft().piece)  # type: ignore[union-attr]
+        return ToolInputDelta(item.tool_id, item.name, "".join(pieces))
+    return item
 
 
 class _Relay:
@@ -82,7 +103,7 @@ class _Relay:
                 self._waiter = None
         if self._items:
             _wake(self._room)
-            return self._items.popleft()
+            return _merged(self._items)
         if self._error is not None:
             raise self._error
         return _END

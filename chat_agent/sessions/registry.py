@@ -164,10 +164,11 @@ class Registry:
             await self.writer.wait_for(self.writer.ticket)
         return live
 
-    async def open(self, owner: str, conversation_id: str, *, cut: Cut = NOT_SAVED) -> LiveConversation | None:
+    async def open(self, owner: str, conversation_id: str, *, cut: Cut | None = None) -> LiveConversation | None:
         """The conversation, from memory or loaded from the store. A turn the store holds as
         running is one nothing runs any more when this instance can take the conversation:
-        it is closed on loading, with `cut` saying why."""
+        it is closed (or continued) on loading, with `cut` saying why; by default, why is
+        told by the lease (`close_cut_turns`)."""
         live = self._live.get(conversation_id)
         if live is not None:
             return live if live.owner == owner else None
@@ -208,15 +209,20 @@ class Registry:
         self._live[record.id] = live
         return live
 
-    async def close_cut_turns(self, live: LiveConversation, cut: Cut) -> bool:
+    async def close_cut_turns(self, live: LiveConversation, cut: Cut | None = None) -> bool:
         """Closes the turns the store holds as running, if this instance owns the conversation
-        or can take it (else their owner runs them, and they are followed); whether it did."""
+        or can take it (else their owner runs them, and they are followed); whether it did.
+        Without a `cut`, the lease tells why nothing runs them: taken now (expired, given
+        back), their instance stopped and they go on here (OWNER_LOST); held all along, this
+        instance dropped them because its store failed (NOT_SAVED), and they stop. A client
+        that connects to a conversation whose instance has just died, before the takeover
+        finds it, must not turn a continuation into an error."""
         if not await self.store.running_turns(live.id):
             return False
-        if not await self.own(live, cut):  # taking it now closes them
+        if not await self.own(live, cut or OWNER_LOST):  # taking it now closes them
             live.follow(running=True)
             return False
-        return await self._close_cut(live, cut)  # as they are now that it is ours
+        return await self._close_cut(live, cut or NOT_SAVED)  # as they are now that it is ours
 
     async def _close_cut(self, live: LiveConversation, cut: Cut) -> bool:
         closed = False
