@@ -156,6 +156,8 @@ async def test_abort_mid_stream_and_mid_tool_then_the_history_is_still_valid(ser
     await send(ws, type="abort")
     frames = seen + await until(ws, "done")
     assert frames[-1]["stopReason"] == "aborted" and time.monotonic() - started < pace.scaled(1.0)
+    shown = text_of(frames).rstrip()  # what the user saw of the stopped reply
+    assert shown.startswith("word")
     for _ in range(50):  # the HTTP stream was closed: the fake saw its client leave
         if fake_openai.left > left:
             break
@@ -177,7 +179,7 @@ async def test_abort_mid_stream_and_mid_tool_then_the_history_is_still_valid(ser
     assert frames[-1]["stopReason"] == "end_turn" and text_of(frames) == "Recovered."
     sent = main_bodies(fake_openai)[-1]["messages"]
     stopped = [m for m in sent if m["role"] == "assistant" and "stopped" in (m.get("content") or "")]
-    assert stopped and stopped[0]["content"].startswith("word word")
+    assert stopped and stopped[0]["content"].startswith(shown)
     cancelled = [m for m in sent if m["role"] == "tool"][-1]
     assert cancelled["content"].startswith("Error: ") and "Cancelled" in cancelled["content"]
     stored = server.get(f"/api/conversations/{session['conversationId']}")[1]
