@@ -62,6 +62,30 @@ async def test_an_urgent_frame_goes_ahead_of_other_conversations_bulk_with_its_o
     assert await seqs(store, "ui") == [1, 2] and len(told) == 62
 
 
+async def test_every_conversations_first_urgent_frame_goes_before_the_rest_of_any(lanes):
+    """Turns that came in a burst: each one's first text, its other frames, its `done`, all
+    queued before the writer looks. The first texts are stored (and told) first, each with
+    what its conversation wrote before it; then the rest, each `done` ahead of the bulk
+    chunks still to write."""
+    store, writer, _ = lanes
+    told: list[str] = []
+    turns = BULK[:4]
+    for cid in turns:
+        writer.submit([frames(cid, 1)], lambda cid=cid: told.append(f"{cid} 1"))  # the turn's start, bulk
+        writer.submit([frames(cid, 2)], lambda cid=cid: told.append(f"{cid} 2"), urgent=True)  # first text
+        for seq in range(3, 9):
+            writer.submit([frames(cid, seq)], lambda cid=cid, seq=seq: told.append(f"{cid} {seq}"))
+        writer.submit([frames(cid, 9)], lambda cid=cid: told.append(f"{cid} 9"), urgent=True)  # done
+    stream(writer, told, range(1, 6), BULK[4:])  # other conversations' bulk, queued after
+    await writer.flush()
+    assert told[:8] == [f"{cid} {seq}" for cid in turns for seq in (1, 2)]
+    assert max(told.index(f"{cid} 9") for cid in turns) < 8 + 4 * 7  # no other bulk before the dones
+    for cid in BULK:
+        expected = list(range(1, 10)) if cid in turns else list(range(1, 6))
+        assert [int(t.split()[1]) for t in told if t.split()[0] == cid] == expected
+        assert await seqs(store, cid) == expected
+
+
 async def test_urgent_work_submitted_while_bulk_commits_waits_for_one_chunk_at_most(lanes):
     store, writer, _ = lanes
     told: list[str] = []

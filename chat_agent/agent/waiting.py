@@ -72,11 +72,19 @@ class _Relay:
 
     async def _pump(self, stream: AsyncIterator[StreamItem]) -> None:
         urgency = self._urgency
+        first = True
         try:
             async with aclosing(stream) as items:  # type: ignore[type-var]
                 async for item in items:
                     self._items.append(item)
                     _wake(self._waiter)
+                    if first:
+                        # The caller takes the first item before this stream goes on: a reply
+                        # that came in a burst would otherwise be read for a whole share of the
+                        # loop (model/fair.py) before its first text is on its way, behind the
+                        # shares of every other stream that is ready.
+                        first = False
+                        await asyncio.sleep(0)
                     if urgency is not None and urgency.pending:
                         await urgency.pause()  # an abort, say, goes first (chat_agent/urgency.py)
                     if len(self._items) >= BUFFER:

@@ -115,10 +115,15 @@ class Continuer:
         except FrameRejected as exc:
             log.warning("turn %s of %s cannot be built again (%s); closing it", record.id, live.id, exc.message)
             return None
+        # The history may have been let go meanwhile (the turn this instance ran there ended
+        # while the preparer read): loaded again, the last thing awaited.
+        await live.load()
+        start = live.manager.position(spec.user_item) if spec.user_item is not None else None
         # Checked after the reads, with nothing awaited from here on: a turn runs here now, or
         # another closer (a takeover and the opening it started, or another copy of the
         # conversation) got to it first.
-        if live.knows_turn(record.id) or live.turn is not None or live.generation != generation or not keep(live):
+        if (start is None or live.knows_turn(record.id) or live.turn is not None or live.generation != generation
+                or not keep(live)):
             log.warning("turn %s of %s: taken up or brought back meanwhile; not continued here", record.id, live.id)
             return None
         running = RunningTurn.adopt(live, record, reply, pending, reviews)

@@ -232,6 +232,11 @@ class _Round:
             self.chunks = [kept for chunk in self.chunks if (kept := [s for s in chunk if s.scope not in scopes])]
         return taken
 
+    def take(self, submissions: list[_Submission]) -> None:
+        """Takes these submissions out of the chunks to write (those that are there)."""
+        picked = {id(s) for s in submissions}
+        self.chunks = [kept for chunk in self.chunks if (kept := [s for s in chunk if id(s) not in picked])]
+
 
 def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
     scopes: dict[str, list[Op]] = {}
@@ -470,7 +475,7 @@ class StoreWriter:
         self._urgent = True  # the batch's own urgent work goes first
         try:
             while True:
-                if urgent := self._take_urgent(round_):
+                while urgent := self._take_urgent(round_):
                     await self._commit_part(round_, urgent)
                 if not round_.chunks:
                     return round_.waiting
@@ -481,19 +486,31 @@ class StoreWriter:
             self._round = None
 
     def _take_urgent(self, round_: _Round) -> list[_Submission]:
-        """Everything queued of the scopes with urgent work, in order: what the round still
-        holds of them (submitted earlier), then what was queued since."""
+        """Of each scope with urgent work, what it wrote up to its first urgent submission, in
+        order: what the round still holds of it (submitted earlier), then what was queued
+        since. What the scope wrote after that waits for the next look, which comes before
+        the next bulk chunk if it holds urgent work too: a turn that came in a burst has its
+        first text stored (and sent) before the rest of its reply, and every other turn's
+        first text before that rest too, instead of each waiting for all of it."""
         if not self._urgent:
             return []
         self._urgent = False
-        scopes = {s.scope for s in self._queue if s.urgent}
-        scopes.update(s.scope for chunk in round_.chunks for s in chunk if s.urgent)
-        if not scopes:
+        pending = [s for chunk in round_.chunks for s in chunk]
+        pending += self._queue
+        taking = {s.scope for s in pending if s.urgent}
+        if not taking:
             return []
-        later = [s for s in self._queue if s.scope in scopes]
-        if later:
-            self._queue = [s for s in self._queue if s.scope not in scopes]
-        return round_.without(scopes) + later
+        taken: list[_Submission] = []
+        for submission in pending:
+            if submission.scope in taking:
+                taken.append(submission)
+                if submission.urgent:
+                    taking.discard(submission.scope)  # its prefix is complete
+        round_.take(taken)
+        picked = {id(s) for s in taken}
+        self._queue = [s for s in self._queue if id(s) not in picked]
+        self._urgent = any(s.urgent for s in pending if id(s) not in picked)
+        return taken
 
     async def _commit_part(self, round_: _Round, part: list[_Submission]) -> None:
         """Commits a part of the round, but not what a scope whose earlier writes wait for the
