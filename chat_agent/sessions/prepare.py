@@ -222,14 +222,16 @@ class TurnPreparer:
                      thinking: bool = True) -> Turn:
         """The `Turn` of a stored turn that goes on after a failure, from its spec; the forced
         call (a highlight, a quick action) only if its first call never completed."""
-        memories = await self._memories.load(live.owner)
         if not first_call:
             spec = spec.model_copy(update={"tool_choice": None, "focused": False})
         if not thinking:
             spec = spec.model_copy(update={"thinking": False})
         focus = None
+        # Read before anything is awaited: the caller loaded the history, which may be let go
+        # while the memories are read (sessions/continuation.py loads it again after).
         if spec.focused:  # the turn's own message, as the model read it
             focus = next((m["content"] for m in reversed(live.manager.messages) if m["role"] == "user"), None)
+        memories = await self._memories.load(live.owner)
         return self._turn(live, spec, memories, focus=focus)
 
     def _turn(self, live: LiveConversation, spec: TurnSpec, memories: Any, *, focus: list[dict] | None) -> Turn:

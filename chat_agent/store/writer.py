@@ -232,9 +232,8 @@ class _Round:
             self.chunks = [kept for chunk in self.chunks if (kept := [s for s in chunk if s.scope not in scopes])]
         return taken
 
-    def take(self, submissions: list[_Submission]) -> None:
-        """Takes these submissions out of the chunks to write (those that are there)."""
-        picked = {id(s) for s in submissions}
+    def take(self, picked: set[int]) -> None:
+        """Takes the submissions of these ids out of the chunks to write (those that are there)."""
         self.chunks = [kept for chunk in self.chunks if (kept := [s for s in chunk if id(s) not in picked])]
 
 
@@ -506,8 +505,8 @@ class StoreWriter:
                 taken.append(submission)
                 if submission.urgent:
                     taking.discard(submission.scope)  # its prefix is complete
-        round_.take(taken)
         picked = {id(s) for s in taken}
+        round_.take(picked)
         self._queue = [s for s in self._queue if id(s) not in picked]
         self._urgent = any(s.urgent for s in pending if id(s) not in picked)
         return taken
