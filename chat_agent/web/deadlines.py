@@ -9,7 +9,9 @@
   connection (and the memory of what it sent) for ever.
 
 Past a deadline the client gets 408 (when no response has begun) and the connection closes;
-the app sees the client gone. Keep-alive idleness is uvicorn's own `timeout_keep_alive`.
+the app sees the client gone. The close lingers (as nginx's `lingering_close`): the server
+half-closes and discards what the client still sends for a few seconds, because closing a socket
+with unread bytes makes the kernel reset it, and a reset can reach the client before the 408 does. Keep-alive idleness is uvicorn's own `timeout_keep_alive`.
 """
 
 from __future__ import annotations
@@ -36,12 +38,14 @@ class _Deadlines(HttpToolsProtocol):
     HEADER_TIMEOUT: float = 10.0
     BODY_TIMEOUT: float = 20.0
     MIN_RATE: int = 4096
+    LINGER: float = 5.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._timer: asyncio.TimerHandle | None = None
         self._body_started = 0.0
         self._body_received = 0
+        self._lingering = False
 
     # ---- the head ----------------------------------------------------------------------------
 
@@ -64,6 +68,10 @@ class _Deadlines(HttpToolsProtocol):
     def handle_websocket_upgrade(self) -> None:
         self._disarm()  # the WebSocket protocol takes the connection from here
         super().handle_websocket_upgrade()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._lingering:  # past a deadline the rest is read only to be dropped
+            super().data_received(data)
 
     # ---- the body ----------------------------------------------------------------------------
 
@@ -116,10 +124,18 @@ class _Deadlines(HttpToolsProtocol):
     def _expire(self, answer: bool, message: str) -> None:
         """Closes the connection, answering 408 first unless a response has begun."""
         transport = self.transport
-        if transport.is_closing():
+        if transport.is_closing() or self._lingering:
             return
-        if answer:
-            body = json.dumps({"error": {"code": "invalid_request", "message": message}}).encode()
-            transport.write(_CODE + b"content-type: application/json\r\nconnection: close\r\n"
-                            + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-        transport.close()
+        if not answer:  # a response has begun: the client cannot be told more than a cut
+            transport.close()
+            return
+        body = json.dumps({"error": {"code": "invalid_request", "message": message}}).encode()
+        transport.write(_CODE + b"content-type: application/json\r\nconnection: close\r\n"
+                        + b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the app's receive() sees the client gone, its send() is dropped
+            self.cycle.message_event.set()
+        self._lingering = True
+        transport.write_eof()  # the 408, then FIN; the client's close (or LINGER) ends it
+        transport.resume_reading()
+        self._timer = self.loop.call_later(self.LINGER, transport.close)
