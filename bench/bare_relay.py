@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from chat_agent.config import Settings  # noqa: E402
 from chat_agent.context.prompting import cached_tools, system_blocks  # noqa: E402
 from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
+from chat_agent.model.anthropic import LIMITS  # noqa: E402
 from chat_agent.model.fair import FairShare  # noqa: E402
 from chat_agent.protocol import ContentChunk  # noqa: E402
 from chat_agent.sessions.coalesce import DeltaCoalescer  # noqa: E402
@@ -65,8 +66,11 @@ def build_app() -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        # The same HTTP client as ours (chat_agent/model/anthropic.py).
-        state["client"] = anthropic.AsyncAnthropic(max_retries=0, http_client=anthropic.DefaultAioHttpClient())
+        # The same HTTP client as ours (chat_agent/model/anthropic.py), with its pool limits: with
+        # the SDK's (idle connections kept 5 s, as long as the fake keeps them) a request now and
+        # then went out on a connection the fake was closing, and a whole run's warm-up failed.
+        state["client"] = anthropic.AsyncAnthropic(max_retries=0, http_client=anthropic.DefaultAioHttpClient(
+            limits=LIMITS))
         yield
         await state["client"].close()
 
