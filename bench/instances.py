@@ -353,7 +353,7 @@ class Delivery:
     # Split at the moment the frame went by on the bus (see BusTap): A's client -> bus, bus -> B's client
     published: list[float] = field(default_factory=list)
     delivered: list[float] = field(default_factory=list)
-    missing: int = 0  # frames A's client got and B's did not
+    missing: int = 0  # frames A's client got and B's did not (after B's snapshot)
     turns: int = 0
 
 
@@ -398,7 +398,11 @@ async def watch(a: str, b: str, turns: int, into: Delivery, tap: BusTap | None) 
     ws_a, cid = await stored_conversation(a)
     ws_b = None
     try:
-        ws_b, _ = await open_socket(b, cid)
+        ws_b, session = await open_socket(b, cid)
+        # B's snapshot holds everything up to its seq: a frame from before it (the title of the
+        # stored first exchange, say, which A's client reads with the first timed turn) is not
+        # sent to B again, and was never missing.
+        snapshot = session.get("seq") or 0
         for _ in range(turns):
             on_a: dict[int, float] = {}
             on_b: dict[int, float] = {}
@@ -412,7 +416,7 @@ async def watch(a: str, b: str, turns: int, into: Delivery, tap: BusTap | None) 
                         if seq in on_b and (cid, seq) in tap.seen]
                 into.published += [bus - at for at, bus, _ in both]
                 into.delivered += [at_b - bus for _, bus, at_b in both]
-            into.missing += len(on_a.keys() - on_b.keys())
+            into.missing += sum(1 for seq in on_a.keys() - on_b.keys() if seq > snapshot)
             into.turns += 1
     finally:
         for ws in (ws_a, ws_b):
