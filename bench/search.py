@@ -104,6 +104,10 @@ async def bench(name: str, store: Store, count: int, runs: int) -> float:
         start = time.perf_counter()
         await seed(store, count, target)
         print(f"{name}: {count} conversations written in {time.perf_counter() - start:.1f} s")
+        if isinstance(store, PostgresStore):  # what its indexer does within seconds of such a load
+            start = time.perf_counter()
+            indexed = await store.index_search_documents()
+            print(f"  {indexed} documents indexed after their commits in {time.perf_counter() - start:.1f} s")
         p50, found, first = await timed(store, PHRASE.split(), runs)
         assert found == 1 and first == f"c{target:06d}", (found, first)
         print(f"  phrase (non-active branch, 1 hit):   p50 {p50:7.2f} ms")

@@ -62,6 +62,8 @@ async def test_every_older_version_upgrades_in_place(pg_url: str, old: int) -> N
                          " source) VALUES ('c1', 1, 'text', 'Doc', 'one two three', 1, 'model')")
         pg.query(pg_url, "INSERT INTO memories (owner, style_rules, content, updated_at)"
                          " VALUES ($1, '[]', '[\"Old fact.\"]', 1)", (OWNER,))
+    if old >= 11:  # a title set by that build: its search document, indexed in its commit then
+        pg.query(pg_url, "UPDATE conversations SET title = 'Before' WHERE id = 'c1'")
 
     async with PostgresStore(pg_url) as store:
         assert versions(pg_url) == list(range(1, pg_schema.SCHEMA_VERSION + 1))
@@ -78,6 +80,9 @@ async def test_every_older_version_upgrades_in_place(pg_url: str, old: int) -> N
             index + 1, "text", "Doc", None, "one 2 three", 2.0, "user"), VersionDelta(index, ((4, 7, "2"),)))])
         assert (await store.get_artifact(OWNER, "c1")).current.content == "one 2 three"  # type: ignore[union-attr]
         assert (await store.claim_lease("c1", "me", 30)) is not None
+        # a document indexed before version 15 keeps its tsvector (and is found through it)
+        assert pg.query(pg_url, "SELECT tsv IS NOT NULL FROM search_docs WHERE conversation_id = 'c1'") == [(True,)]
+        assert [hit.record.id for hit in await store.search_conversations(OWNER, ["before"], 10)] == ["c1"]
         if old >= 2:  # memories written before they had a version: compare-and-set over the empty one
             stored = await store.get_memories(OWNER)
             assert stored is not None and stored.version == "" and stored.content == ["Old fact."]

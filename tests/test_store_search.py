@@ -1,9 +1,11 @@
 """The search index follows every way a message or a title is written, changed or removed,
 in one batch or across several, on both stores; on SQLite the full-text index stays exactly
-the documents' text (FTS5's integrity check) and nothing is left waiting to be indexed."""
+the documents' text (FTS5's integrity check) and nothing is left waiting to be indexed; on
+PostgreSQL a document is indexed after its commit and found before that all the same."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -28,11 +30,18 @@ async def found(store, *terms: str) -> list[tuple[str, str | None]]:
     return [(hit.record.id, hit.message_id) for hit in await store.search_conversations(ALICE, terms, 50)]
 
 
-def check_index(backend: Backend) -> None:
-    if backend.name != "sqlite":
+async def check_index(backend: Backend, store) -> None:
+    """SQLite: nothing waits and FTS5 holds exactly the documents' text. PostgreSQL: what the
+    commits wrote waits for the indexer (the searches before this found it all the same), and
+    once indexed every document's tsvector is that of its text."""
+    if backend.name == "sqlite":
+        assert backend.count("search_pending") == 0
+        backend.sql("INSERT INTO search_fts (search_fts, rank) VALUES ('integrity-check', 1)")  # raises if it drifted
         return
-    assert backend.count("search_pending") == 0
-    backend.sql("INSERT INTO search_fts (search_fts, rank) VALUES ('integrity-check', 1)")  # raises if it drifted
+    waiting = backend.sql("SELECT COUNT(*) FROM search_docs WHERE tsv IS NULL")[0][0]
+    assert await store.index_search_documents() == waiting
+    assert backend.sql("SELECT COUNT(*) FROM search_docs WHERE tsv IS NULL"
+                       " OR tsv <> to_tsvector('simple', body)")[0][0] == 0
 
 
 async def test_every_write_is_found_and_the_index_stays_exact(backend: Backend) -> None:
@@ -42,18 +51,18 @@ async def test_every_write_is_found_and_the_index_stays_exact(backend: Backend) 
                                                                   message("a1", "violet engine", "assistant", "u1")))])
         assert await found(store, "harbour") == [("c1", "u1")]
         assert await found(store, "violet", "engine") == [("c1", "a1")]
-        check_index(backend)
+        await check_index(backend, store)
 
         # written and changed in one batch: only the last text is indexed
         await store.apply([AppendHistory(ALICE, "c2", "visible", (message("u2", "first draft walrus"),)),
                            UpsertHistoryItem(ALICE, "c2", "visible", message("u2", "final copy narwhal"))])
         assert await found(store, "walrus") == [] and await found(store, "narwhal") == [("c2", "u2")]
-        check_index(backend)
+        await check_index(backend, store)
         # changed in a later batch: the old words leave the index
         await store.apply([UpsertHistoryItem(ALICE, "c1", "visible", message("a1", "crimson turbine", "assistant",
                                                                               "u1"))])
         assert await found(store, "violet") == [] and await found(store, "crimson") == [("c1", "a1")]
-        check_index(backend)
+        await check_index(backend, store)
 
         # written and removed in one batch, and removed in a later one
         await store.apply([AppendHistory(ALICE, "c2", "visible", (message("a2", "fleeting comet", "assistant",
@@ -62,17 +71,17 @@ async def test_every_write_is_found_and_the_index_stays_exact(backend: Backend) 
         assert await found(store, "comet") == []
         await store.apply([DeleteHistoryItems(ALICE, "c1", "visible", ("u1",))])
         assert await found(store, "quartz") == [] and await found(store, "crimson") == [("c1", "a1")]
-        check_index(backend)
+        await check_index(backend, store)
 
         # titles, a replaced history, a deleted conversation
         await store.apply([SetTitle(ALICE, "c1", "Saffron notes")])
         assert await found(store, "saffron") == [("c1", None)]
         await store.apply([ReplaceHistory(ALICE, "c2", "visible", (message("u9", "orchid summary"),))])
         assert await found(store, "narwhal") == [] and await found(store, "orchid") == [("c2", "u9")]
-        check_index(backend)
+        await check_index(backend, store)
         await store.apply([DeleteConversation(ALICE, "c1")])
         assert await found(store, "saffron") == [] and await found(store, "crimson") == []
-        check_index(backend)
+        await check_index(backend, store)
 
 
 async def test_a_version_13_database_keeps_its_index_and_indexes_on(tmp_path: Path,
@@ -95,3 +104,27 @@ async def test_a_version_13_database_keeps_its_index_and_indexes_on(tmp_path: Pa
         assert db.execute("SELECT MAX(version) FROM schema_version").fetchone() == (schema.SCHEMA_VERSION,)
         assert db.execute("SELECT COUNT(*) FROM search_pending").fetchone() == (0,)
         db.execute("INSERT INTO search_fts (search_fts, rank) VALUES ('integrity-check', 1)")
+
+
+async def test_postgres_indexes_a_message_after_its_commit_and_finds_it_before(backend: Backend) -> None:
+    if backend.name != "postgres":
+        pytest.skip("PostgreSQL's indexer (SQLite indexes in the commit)")
+    async with backend.new() as store:
+        await store.apply([CreateConversation(ALICE, "c1", 1.0),
+                           AppendHistory(ALICE, "c1", "visible", (message("u1", "amber falcon"),))])
+        # the commit wrote the text, not its tsvector; a search reads the text meanwhile
+        assert backend.sql("SELECT tsv IS NULL FROM search_docs WHERE message_id = 'u1'") == [(True,)]
+        assert await found(store, "falcon") == [("c1", "u1")]
+        await store.index_search_documents()
+        assert await found(store, "falcon") == [("c1", "u1")]
+        # a change waits again, and only the new words are found
+        await store.apply([UpsertHistoryItem(ALICE, "c1", "visible", message("u1", "cobalt heron"))])
+        assert backend.sql("SELECT tsv IS NULL FROM search_docs WHERE message_id = 'u1'") == [(True,)]
+        assert await found(store, "falcon") == [] and await found(store, "heron") == [("c1", "u1")]
+    async with backend.new() as store:  # the store's own indexer takes it within a second or so
+        for _ in range(200):
+            if backend.sql("SELECT COUNT(*) FROM search_docs WHERE tsv IS NULL")[0][0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert backend.sql("SELECT tsv = to_tsvector('simple', body) FROM search_docs WHERE message_id = 'u1'") \
+            == [(True,)]

@@ -29,6 +29,7 @@ from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, Sto
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
 from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
+from chat_agent.store.pg_search_index import SearchIndexer
 from chat_agent.store.records import (
     ArtifactRecord,
     ArtifactVersionInfo,
@@ -141,6 +142,7 @@ class PostgresStore(Store):
         # (measured: 100 turns starting at once held a commit, and every first text with
         # it, 119 ms).
         self._writes: AsyncConnectionPool[_Connection] | None = None
+        self._indexer: SearchIndexer | None = None
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact(self.url)!r})"
@@ -164,6 +166,8 @@ class PostgresStore(Store):
             await writes.close()
             raise
         self._pool, self._writes = pool, writes
+        self._indexer = SearchIndexer(self._connection)
+        self._indexer.start()
 
     def _new_pool(self, name: str, min_size: int, max_size: int) -> AsyncConnectionPool[_Connection]:
         return AsyncConnectionPool(
@@ -172,6 +176,9 @@ class PostgresStore(Store):
         )
 
     async def close(self) -> None:
+        indexer, self._indexer = self._indexer, None
+        if indexer is not None:
+            await indexer.close()
         pool, self._pool = self._pool, None
         writes, self._writes = self._writes, None
         for each in (pool, writes):
@@ -311,6 +318,13 @@ class PostgresStore(Store):
         rows = await self._read(reads.SIZE, (conversation_id, owner, history))
         return HistorySize(*(int(n) for n in rows[0]))
 
+    async def index_search_documents(self) -> int:
+        """Indexes every search document waiting now, as the indexer would within a second;
+        how many. (A search finds them either way: for benchmarks and tests.)"""
+        if self._indexer is None:
+            raise StoreError(f"{self!r} is not open")
+        return await self._indexer.index_waiting()
+
     async def search_conversations(self, owner: str, terms: Sequence[str], limit: int,
                                    offset: int = 0) -> list[SearchHit]:
         if not terms:
@@ -443,11 +457,16 @@ class PostgresStore(Store):
 
 
 # ts_rank: higher is better. The best document of each conversation, then the conversations by
-# it; ts_headline (costly: it reads the text again) only for the page's.
+# it; ts_headline (costly: it reads the text again) only for the page's. A document not indexed
+# yet (pg_search_index.py) is read as its text: the partial index of those waiting finds the
+# few there are (apart, not in an OR with the GIN index's condition, which would read every
+# document of the owner).
 _SEARCH = (
     "WITH q AS (SELECT plainto_tsquery('simple', $1) AS q),"
     " hits AS (SELECT d.conversation_id, d.message_id, d.body, ts_rank(d.tsv, q.q) AS rank FROM search_docs d, q"
-    " WHERE d.owner = $2 AND d.tsv @@ q.q),"
+    " WHERE d.owner = $2 AND d.tsv @@ q.q"
+    " UNION ALL SELECT d.conversation_id, d.message_id, d.body, ts_rank(to_tsvector('simple', d.body), q.q)"
+    " FROM search_docs d, q WHERE d.owner = $2 AND d.tsv IS NULL AND to_tsvector('simple', d.body) @@ q.q),"
     " best AS (SELECT *, ROW_NUMBER() OVER (PARTITION BY conversation_id ORDER BY rank DESC, message_id) AS n"
     " FROM hits),"
     " page AS (SELECT * FROM best WHERE n = 1 ORDER BY rank DESC, conversation_id LIMIT $3 OFFSET $4)"
