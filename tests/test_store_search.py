@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from chat_agent.store import (AppendHistory, CreateConversation, DeleteConversat
                               HistoryItem, ReplaceHistory, SetTitle, SqliteStore, UpsertHistoryItem)
 from chat_agent.store import schema
 from chat_agent.store import sqlite as sqlite_store
+from tests import pg
 from tests.stores import Backend, backend  # noqa: F401
 
 pytestmark = pytest.mark.asyncio
@@ -106,9 +108,14 @@ async def test_a_version_13_database_keeps_its_index_and_indexes_on(tmp_path: Pa
         db.execute("INSERT INTO search_fts (search_fts, rank) VALUES ('integrity-check', 1)")
 
 
-async def test_postgres_indexes_a_message_after_its_commit_and_finds_it_before(backend: Backend) -> None:
-    if backend.name != "postgres":
-        pytest.skip("PostgreSQL's indexer (SQLite indexes in the commit)")
+@pytest.fixture
+def postgres() -> Iterator[Backend]:
+    with pg.isolated_database() as url:
+        yield Backend("postgres", url)
+
+
+async def test_postgres_indexes_a_message_after_its_commit_and_finds_it_before(postgres: Backend) -> None:
+    backend = postgres
     async with backend.new() as store:
         await store.apply([CreateConversation(ALICE, "c1", 1.0),
                            AppendHistory(ALICE, "c1", "visible", (message("u1", "amber falcon"),))])
