@@ -10,8 +10,9 @@
 
 Past a deadline the client gets 408 (when no response has begun) and the connection closes;
 the app sees the client gone. The close lingers (as nginx's `lingering_close`): the server
-half-closes and discards what the client still sends for a few seconds, because closing a socket
-with unread bytes makes the kernel reset it, and a reset can reach the client before the 408 does. Keep-alive idleness is uvicorn's own `timeout_keep_alive`.
+half-closes and discards what the client still sends for a few seconds, because closing a
+socket with unread bytes makes the kernel reset it, and a reset can reach the client before
+the 408 does. Keep-alive idleness is uvicorn's own `timeout_keep_alive`.
 """
 
 from __future__ import annotations
@@ -138,4 +139,4 @@ class _Deadlines(HttpToolsProtocol):
         self._lingering = True
         transport.write_eof()  # the 408, then FIN; the client's close (or LINGER) ends it
         transport.resume_reading()
-        self._timer = self.loop.call_later(self.LINGER, transport.close)
+        self._arm(self.LINGER, transport.close)
