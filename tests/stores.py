@@ -30,8 +30,9 @@ class Backend:
     def url(self) -> str:
         return f"sqlite:///{self.where}" if self.name == "sqlite" else str(self.where)
 
-    def new(self) -> Store:
-        return SqliteStore(self.where) if self.name == "sqlite" else PostgresStore(str(self.where))
+    def new(self, **postgres: Any) -> Store:
+        """A store on this database; `postgres` goes to PostgresStore only."""
+        return SqliteStore(self.where) if self.name == "sqlite" else PostgresStore(str(self.where), **postgres)
 
     def sql(self, query: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """One statement with SQLite's placeholders, run beside the store on a connection of

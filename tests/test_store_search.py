@@ -21,6 +21,7 @@ from tests.stores import Backend, backend  # noqa: F401
 
 pytestmark = pytest.mark.asyncio
 ALICE = "alice"
+IDLE_INDEXER = {"index_every": 3600.0}  # the store's own indexer stays out of what a test counts
 
 
 def message(id: str, text: str, role: str = "user", parent: str | None = None) -> HistoryItem:
@@ -47,7 +48,7 @@ async def check_index(backend: Backend, store) -> None:
 
 
 async def test_every_write_is_found_and_the_index_stays_exact(backend: Backend) -> None:
-    async with backend.new() as store:
+    async with backend.new(**IDLE_INDEXER) as store:
         await store.apply([CreateConversation(ALICE, "c1", 1.0), CreateConversation(ALICE, "c2", 1.0)])
         await store.apply([AppendHistory(ALICE, "c1", "visible", (message("u1", "quartz harbour lantern"),
                                                                   message("a1", "violet engine", "assistant", "u1")))])
@@ -116,7 +117,7 @@ def postgres() -> Iterator[Backend]:
 
 async def test_postgres_indexes_a_message_after_its_commit_and_finds_it_before(postgres: Backend) -> None:
     backend = postgres
-    async with backend.new() as store:
+    async with backend.new(**IDLE_INDEXER) as store:
         await store.apply([CreateConversation(ALICE, "c1", 1.0),
                            AppendHistory(ALICE, "c1", "visible", (message("u1", "amber falcon"),))])
         # the commit wrote the text, not its tsvector; a search reads the text meanwhile

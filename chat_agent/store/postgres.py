@@ -29,6 +29,7 @@ from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, Sto
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
 from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
+from chat_agent.store import pg_search_index
 from chat_agent.store.pg_search_index import SearchIndexer
 from chat_agent.store.records import (
     ArtifactRecord,
@@ -133,8 +134,10 @@ class PostgresStore(Store):
 
     kind = "postgresql"
 
-    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10) -> None:
+    def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10,
+                 index_every: float = pg_search_index.INTERVAL) -> None:
         self.url = url
+        self._index_every = index_every  # seconds between the search indexer's rounds
         self._min_size, self._max_size = max(1, min_size - 1), max(1, max_size - 1)
         self._pool: AsyncConnectionPool[_Connection] | None = None
         # The writer's commits (`apply`, one at a time) have a connection of their own: in
@@ -166,7 +169,7 @@ class PostgresStore(Store):
             await writes.close()
             raise
         self._pool, self._writes = pool, writes
-        self._indexer = SearchIndexer(self._connection)
+        self._indexer = SearchIndexer(self._connection, interval=self._index_every)
         self._indexer.start()
 
     def _new_pool(self, name: str, min_size: int, max_size: int) -> AsyncConnectionPool[_Connection]:
