@@ -615,3 +615,15 @@ async def test_a_lone_surrogate_is_refused_like_the_real_api(fake) -> None:
     column = lone.index("\\ud800") + 1
     assert error["message"] == (f"The request body is not valid JSON: no low surrogate in string: line 1 column"
                                 f" {column} (char {column - 1})")
+
+
+async def test_a_fake_that_keeps_no_log_answers_the_same_and_logs_nothing() -> None:
+    """The fake in a process of its own (benchmarks, `tests.fakes.serve`) keeps no request
+    log: nobody can read it there, and every body of a long run kept alive is what its
+    garbage collector walks through."""
+    with FakeAnthropic(keep_log=False) as quiet, FakeAnthropic() as logged:
+        body = request(user("hi"))
+        answers = [await post(quiet, body), await post(logged, body)]
+        assert [a.status_code for a in answers] == [200, 200]
+        assert answers[0].json()["content"] == answers[1].json()["content"]
+        assert quiet.requests == [] and len(logged.requests) == 1

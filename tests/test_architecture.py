@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     "chat_agent.store": 1,
     "chat_agent.protocol": 0, "chat_agent.config": 0, "chat_agent.ids": 0, "chat_agent.clock": 0, "chat_agent.text": 0, "chat_agent.edits": 0,
     "chat_agent.per_loop": 0, "chat_agent.rejection": 0, "chat_agent.tracing": 0, "chat_agent.urgency": 0,
+    "chat_agent.eager": 0,
 }
 # Outside the layers: what each may import of chat_agent (itself included).
 SEPARATE: dict[str, set[str]] = {"chat_agent.client": {"chat_agent.client", "chat_agent.protocol"}}

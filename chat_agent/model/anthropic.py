@@ -13,7 +13,7 @@ from anthropic.types import Message
 from chat_agent.config import Settings
 from chat_agent.model.accumulate import ReplyAccumulator, reply_of
 from chat_agent.model.fair import FairShare
-from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
+from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, RetryUnstarted, should_retry
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem
 from chat_agent.tracing import ModelSpan, model_span
 
@@ -105,7 +105,7 @@ def _failed(span: ModelSpan, exc: Exception) -> LLMError:
 
 
 class AnthropicClient:
-    """Streams model calls. Their retries are ours (`retry_unstarted`), so that each shows; the
+    """Streams model calls. Their retries are ours (`RetryUnstarted`), so that each shows; the
     plain calls of background work (summaries, titles) keep the SDK's."""
 
     def __init__(self, settings: Settings, *, backoff: float = INITIAL_BACKOFF):
@@ -134,7 +134,7 @@ class AnthropicClient:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
-        return retry_unstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
+        return RetryUnstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
     async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         accumulator = ReplyAccumulator(request.messages)

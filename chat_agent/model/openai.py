@@ -19,7 +19,7 @@ from chat_agent.model.citing import MarkerScanner
 from chat_agent.model.fair import FairShare
 from chat_agent.model.openai_messages import chat_body, chat_params, max_tokens
 from chat_agent.model.openai_stream import ChunkAccumulator, reply_of_completion
-from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, retry_unstarted, should_retry
+from chat_agent.model.retry import INITIAL_BACKOFF, retry_after, RetryUnstarted, should_retry
 from chat_agent.model.types import LLMError, ModelReply, ModelRequest, StreamItem, TextDelta
 from chat_agent.tracing import ModelSpan, model_span
 
@@ -106,7 +106,7 @@ def _failed(span: ModelSpan, exc: Exception, midstream: bool = False) -> LLMErro
 
 class OpenAIClient:
     """Streams Chat Completions. Like the Anthropic client, it retries streamed calls itself
-    (`retry_unstarted`), so that each try shows, as long as nothing of the call was yielded;
+    (`RetryUnstarted`), so that each try shows, as long as nothing of the call was yielded;
     plain calls keep the SDK's retries."""
 
     def __init__(self, settings: Settings, *, backoff: float = INITIAL_BACKOFF):
@@ -132,7 +132,7 @@ class OpenAIClient:
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
-        return retry_unstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
+        return RetryUnstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         return chat_params(request, max_tokens_field=self._max_tokens)

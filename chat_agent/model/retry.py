@@ -16,8 +16,7 @@ import email.utils
 import logging
 import random
 import time
-from contextlib import aclosing
-from typing import AsyncIterator, Callable, Mapping
+from typing import AsyncIterator, Awaitable, Callable, Mapping
 
 from chat_agent.model.types import LLMError, Retry, StreamItem
 
@@ -58,27 +57,61 @@ def delay_before(retries_done: int, backoff: float, asked: float | None) -> floa
     return min(backoff * 2 ** retries_done, MAX_BACKOFF) * (1 - 0.25 * random.random())
 
 
-async def retry_unstarted(attempt_stream: Callable[[], AsyncIterator[StreamItem]], *, retries: int,
-                          backoff: float) -> AsyncIterator[StreamItem]:
+class RetryUnstarted:
     """Yields what `attempt_stream()` yields; when it raises a retryable LLMError before it
-    yielded anything, yields a `Retry`, waits and starts it again (at most `retries` times)."""
-    attempt = 1
-    while True:
-        yielded = False
+    yielded anything, yields a `Retry`, waits and starts it again (at most `retries` times).
+
+    Once an attempt has yielded, it is never tried again: from then on its items are handed
+    on as they come, with no step of this iterator between (a stream's every event passes
+    here; a generator around it cost one more resumption each)."""
+
+    def __init__(self, attempt_stream: Callable[[], AsyncIterator[StreamItem]], *, retries: int,
+                 backoff: float) -> None:
+        self._attempt_stream = attempt_stream
+        self._retries = retries
+        self._backoff = backoff
+        self._attempt = 1
+        self._delay: float | None = None  # the wait before the next attempt, once its Retry went out
+        self._items: AsyncIterator[StreamItem] | None = None  # the attempt that yielded
+
+    def __aiter__(self) -> RetryUnstarted:
+        return self
+
+    def __anext__(self) -> Awaitable[StreamItem]:
+        if self._items is not None:
+            return self._items.__anext__()
+        return self._start()
+
+    async def _start(self) -> StreamItem:
+        if self._delay is not None:
+            delay, self._delay = self._delay, None
+            await asyncio.sleep(delay)
+        items = self._attempt_stream()
         try:
-            async with aclosing(attempt_stream()) as items:  # type: ignore[type-var]
-                async for item in items:
-                    yielded = True
-                    yield item
-            return
+            item = await items.__anext__()
         except LLMError as exc:
-            retryable = exc.retryable and not yielded and attempt <= retries
-            delay = delay_before(attempt - 1, backoff, exc.retry_after) if retryable else None
+            await _close(items)
+            retryable = exc.retryable and self._attempt <= self._retries
+            delay = delay_before(self._attempt - 1, self._backoff, exc.retry_after) if retryable else None
             if delay is None:
                 raise
-            reason = exc.reason
-        attempt += 1
-        log.warning("model call failed before any output (the API %s); attempt %d of %d in %.2fs",
-                    reason, attempt, retries + 1, delay)
-        yield Retry(attempt, retries + 1, reason, delay)
-        await asyncio.sleep(delay)
+            self._attempt += 1
+            log.warning("model call failed before any output (the API %s); attempt %d of %d in %.2fs",
+                        exc.reason, self._attempt, self._retries + 1, delay)
+            self._delay = delay
+            return Retry(self._attempt, self._retries + 1, exc.reason, delay)
+        except BaseException:  # the end of an empty stream, a cancellation
+            await _close(items)
+            raise
+        self._items = items
+        return item
+
+    async def aclose(self) -> None:
+        if self._items is not None:
+            await _close(self._items)
+
+
+async def _close(items: AsyncIterator[StreamItem]) -> None:
+    aclose = getattr(items, "aclose", None)
+    if aclose is not None:
+        await aclose()

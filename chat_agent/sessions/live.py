@@ -497,6 +497,10 @@ class LiveConversation:
         while True:
             manager, version, ticket = self.manager, self.manager.visible_version, self._writer.ticket
             captured, before, limit = capture()
+            if self.unstored is not None:
+                # Nothing of it is stored yet (a socket opened on a new conversation): no page
+                # to read, and no wait for the writer and a read thread on every opening.
+                return captured, HistoryPage([], False)
             await self._writer.wait_for(ticket)
             page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
             if self.manager is manager and manager.visible_version == version:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from chat_agent.eager import eager
 from chat_agent.quotas import QuotaExceeded, Quotas
 from chat_agent.sessions.commands import for_sender
 from chat_agent.sessions.hub import Hub
@@ -62,7 +63,7 @@ class Connection:
         # in order and a replay only extends it. None until the first.
         self._sent: tuple[int, int] | None = None
         self._backlogs = backlogs
-        self._sender: asyncio.Task[None] | None = None
+        self._sender: asyncio.Future[None] | None = None  # the writing, while it runs
         self._serving: asyncio.Task[object] | None = None  # the socket's task, while it reads frames
         self._stopped = False  # the reading was ended by us (a close asked for, the writing failed)
         self._send_failure: BaseException | None = None
@@ -134,12 +135,18 @@ class Connection:
         await self._end(failure)
 
     def _kick(self) -> None:
-        """Starts the writing task, unless it runs (or the `session` has not gone out yet)."""
+        """Starts the writing, unless it runs (or the `session` has not gone out yet). Started
+        eagerly: what the socket takes at once is written now, within the commit that
+        delivered it, not in the event loop's next turn (see `eager`); the writing goes on
+        as a task only where it has to wait."""
         if self._sender is None and self._open:
-            self._sender = asyncio.create_task(self._send_loop())
-            self._sender.add_done_callback(self._sender_done)
+            self._sender = sender = eager(self._send_loop())
+            if sender.done():
+                self._sender_done(sender)
+            else:
+                sender.add_done_callback(self._sender_done)
 
-    def _sender_done(self, task: asyncio.Task[None]) -> None:
+    def _sender_done(self, task: asyncio.Future[None]) -> None:
         self._sender = None
         failure = None if task.cancelled() else task.exception()
         if failure is not None:
@@ -324,8 +331,10 @@ class Connection:
             self._outbox().appendleft((seq, text, size))
         else:
             self._outbox().append((seq, text, size))
+        # Counted before the writing starts, which may send it at once (and uncount it); it
+        # may drop this connection, or another.
+        self._backlogs.add(self, size)
         self._kick()
-        self._backlogs.add(self, size)  # last: it may drop this connection, or another
 
 
 _TOO_DEEP = "The frame is nested too deeply."

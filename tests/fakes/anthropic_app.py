@@ -69,9 +69,10 @@ class _Entry:
 class FakeBackend:
     """Script, log and per-server secrets; safe to use from the test thread and the server thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_log: bool = True) -> None:
         self.signer = Signer()
         self.cache = PromptCache()
+        self.keep_log = keep_log
         self.requests: list[RecordedRequest] = []
         self.responder: Responder | None = None
         self._queue: list[_Entry] = []
@@ -101,8 +102,9 @@ class FakeBackend:
 
     def open_record(self, request: Request) -> RecordedRequest:
         record = RecordedRequest(request.url.path, dict(request.headers))
-        with self._lock:
-            self.requests.append(record)
+        if self.keep_log:
+            with self._lock:
+                self.requests.append(record)
         return record
 
     async def next_item(self, body: dict[str, Any]) -> Item:

@@ -85,9 +85,13 @@ class _QuietServer(uvicorn.Server):
 class FakeAnthropic:
     """One fake API server. Thread-based (`with`) or on the caller's loop (`astart`/`astop`)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str = "test-key") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, api_key: str = "test-key", *,
+                 keep_log: bool = True) -> None:
+        """`keep_log=False`: `requests` stays empty. For a fake in a process of its own, whose
+        log nobody can read: kept, every request body of a long run is what its garbage
+        collector walks through, in pauses that reached a second in a benchmark run."""
         self.host, self.port, self.api_key = host, port, api_key
-        self._backend = FakeBackend()
+        self._backend = FakeBackend(keep_log)
         self._server: _QuietServer | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     args = parser.parse_args(argv)
-    fake = FakeAnthropic(args.host, args.port).start()
+    fake = FakeAnthropic(args.host, args.port, keep_log=False).start()
     print(fake.base_url, flush=True)
     try:
         threading.Event().wait()

@@ -85,8 +85,11 @@ class FakeOpenAI(LoopbackServer):
     name = "OpenAI"
     api_key = "sk-test-openai-0123456789"
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_log: bool = True) -> None:
+        """`keep_log=False`: `requests` and `embedding_requests` stay empty (a fake in a
+        process of its own, as FakeAnthropic's `keep_log`)."""
         super().__init__()
+        self.keep_log = keep_log
         self._lock = threading.Lock()
         self._queue: list[tuple[Reply | Fault, When | None]] = []
         self.requests: list[dict[str, Any]] = []
@@ -134,7 +137,8 @@ class FakeOpenAI(LoopbackServer):
                 or not all(isinstance(t, str) and t for t in texts) or len(texts) > 2048:
             return _error(OpenAIError(400, "'input' must be a non-empty string or a list of at most 2048 of them, "
                                            "and 'model' a string."))
-        self.embedding_requests.append(body)
+        if self.keep_log:
+            self.embedding_requests.append(body)
         data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)]
         tokens = sum(len(t.split()) for t in texts)
         return JSONResponse({"object": "list", "data": data, "model": body["model"],
@@ -156,7 +160,8 @@ class FakeOpenAI(LoopbackServer):
             body = json.loads(await request.body())
         except ValueError:
             return _error(OpenAIError(400, "We could not parse the JSON body of your request."))
-        self.requests.append(body)
+        if self.keep_log:
+            self.requests.append(body)
         try:
             validate(body)
         except OpenAIError as exc:
@@ -330,7 +335,7 @@ def _example(function: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     """`python -m tests.fakes.openai_fake`: prints its base URL, serves until killed."""
-    with FakeOpenAI() as fake:
+    with FakeOpenAI(keep_log=False) as fake:
         print(fake.base_url, flush=True)
         try:
             threading.Event().wait()

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--env-file", metavar="PATH", help="also write the variables to this file, for "
                         "`python server.py --env-file PATH`")
     args = parser.parse_args(argv)
-    anthropic = FakeAnthropic().start()
+    anthropic = FakeAnthropic(keep_log=False).start()  # its log could not be read from here
     with FakeExa() as exa, FakeImages() as images:
         variables = {"ANTHROPIC_BASE_URL": anthropic.base_url, "ANTHROPIC_API_KEY": anthropic.api_key,
                      "EXA_BASE_URL": exa.base_url, "EXA_API_KEY": exa.api_key,
