@@ -150,7 +150,8 @@ class AnthropicClient:
                                                       stream_cls=EVENTS) as events:
                     fair = FairShare()
                     async for event in events:
-                        span.first_chunk()
+                        if accumulator.message is None:  # (its first event is message_start)
+                            span.first_chunk()
                         for item in accumulator.feed(event):
                             yield item
                         await fair.take_turns()
