@@ -106,7 +106,9 @@ class Hub:
             match await inbox.get():
                 case Frames(conversation=conversation_id, frames=frames, instance=instance):
                     live = registry.get(conversation_id)
-                    if live is not None and not self.ownership.holds(conversation_id):
+                    # Not while it is brought back in line: its sockets may have been shown
+                    # frames the new owner's do not continue; it follows from the log after.
+                    if live is not None and not self.ownership.holds(conversation_id) and not live.recovering:
                         live.follow(running=False).arrived(frames, instance)  # type: ignore[arg-type]
                 case Deleted(conversation=conversation_id):
                     live = registry.get(conversation_id)
@@ -114,7 +116,8 @@ class Hub:
                         registry.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
                 case Status(conversation=conversation_id, turn=turn, text=text):
                     live = registry.get(conversation_id)  # not after its turn's end (it may overtake frames)
-                    if live is not None and live.follower is not None and live.follower.shows_status(turn):
+                    if live is not None and live.follower is not None and live.follower.shows_status(turn) \
+                            and not live.recovering:
                         live.deliver(None, text)
                 case Answer() as answer:
                     self._forwarder.answered(answer)

@@ -86,6 +86,7 @@ class LiveConversation:
         # Bumped whenever writes are lost: state shown before may not have been stored.
         self.generation = 0
         self._recovering = False  # being brought back in line with the store
+        self._retired = False  # forgotten: nothing published here is logged any more (`retire`)
         self._recovery_waiters: list[asyncio.Future[None]] = []  # `until_recovered`
         self._unload: asyncio.TimerHandle | None = None
         # A new conversation is stored with its first message, not when a socket opens on it
@@ -122,7 +123,17 @@ class LiveConversation:
     def flush_deltas(self) -> None:
         self._deltas.interrupt()
 
+    def retire(self) -> None:
+        """Forgotten (its sockets closed, `Registry.close_all`): a copy loaded anew takes over,
+        and what is still published here (a command that was waiting on the store, say) is
+        dropped. Its seqs are stale: stored, such a frame would leave a gap in the log and
+        take a seq the new copy gives too."""
+        self._retired = True
+
     def _log(self, frame: ServerFrame, ops: Sequence[Op] = ()) -> None:
+        if self._retired:
+            log.info("dropped a %s frame of %s published after it was let go", frame.type, self.id)
+            return
         self.store_now()  # a frame of its log: the conversation exists from now on
         self._seq += 1
         seq = self._seq
@@ -355,6 +366,11 @@ class LiveConversation:
             return False
         self._recovering = True
         return True
+
+    @property
+    def recovering(self) -> bool:
+        """Being brought back in line with the store (see `writes_lost`)."""
+        return self._recovering
 
     def recovered(self) -> None:
         self._recovering = False

@@ -151,7 +151,9 @@ class Recovery:
                 self._registry.close_all(live, CLOSE_NOT_FOUND, deleted(live.id))
                 return
             self._writer.reopen(live.id)
-            live.follow(running=bool(await self._store.running_turns(live.id))).catch_up()
+            running = bool(await self._store.running_turns(live.id))
+            if not self._ownership.holds(live.id):  # (taken back meanwhile, a lease that expired: ours to run)
+                live.follow(running=running).catch_up()
         except Exception:
             log.exception("could not hand %s over to its new owner", live.id)
             self._evict(live)
@@ -172,6 +174,8 @@ class Recovery:
         live = (self._registry.live(turn.owner, turn.conversation_id)
                 or await self._registry.open(turn.owner, turn.conversation_id, cut=OWNER_LOST))
         if live is None:
+            return
+        if live.recovering:  # handed over, say: taken at a later sweep, once that is done
             return
         if await self._registry.close_cut_turns(live, OWNER_LOST) or not live.running:
             log.warning("took over %s from instance %s, whose lease expired", live.id, lease.instance)

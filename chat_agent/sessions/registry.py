@@ -124,6 +124,7 @@ class Registry:
     def close_all(self, live: LiveConversation, code: int, frame: ErrorFrame) -> None:
         """Closes every socket on the conversation with `frame` and forgets it."""
         live.close_listeners(code, frame.to_json())
+        live.retire()
         if self._live.get(live.id) is live:
             del self._live[live.id]
 

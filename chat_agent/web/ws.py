@@ -402,8 +402,11 @@ async def _serve(ws: WebSocket, hub: Hub, owner: str, quotas: Quotas) -> None:
         return
     if live is None:
         frame = ErrorFrame(conversation_id=conversation_id or "", code="not_found", message="No such conversation.")
-        await ws.send_text(frame.to_json())
-        await ws.close(CLOSE_NOT_FOUND)
+        try:
+            await ws.send_text(frame.to_json())
+            await ws.close(CLOSE_NOT_FOUND)
+        except GONE:  # the client gave up waiting (a store that was slow to answer)
+            pass
         return
     try:
         await connection.serve(live)

@@ -6,6 +6,7 @@ was fixed, and stays in CI (tests/test_sim.py) with a few seeds for the clients'
 
 from __future__ import annotations
 
+from tests.sim.bus import BusFault
 from tests.sim.run import Plan
 from tests.sim.store import StoreFault
 
@@ -37,4 +38,22 @@ def _cut() -> Plan:
                               StoreFault("stale", 36.0, 38.0)])
 
 
-SCENARIOS = {"takeover": _takeover, "lease-lost": _lease_lost, "in-doubt": _in_doubt, "cut": _cut}
+def _take_back() -> Plan:
+    # The only instance stalls past its lease, which a steal takes meanwhile and lets expire:
+    # back, it learns it lost the lease while the lease is free again. It took the
+    # conversation back and continued its turn while still handing it over, then followed a
+    # turn it ran itself (the conversation stayed "running" for good).
+    return Plan(nodes=1, slots=[1, 1, 2], faults_end=48.0, store_faults=[StoreFault("slow", 20.4, 31.3)],
+                stalls=[(20.5, 23.6), (14.3, 3.2)], steals=[20.7], model_faults=True)
+
+
+def _hand_over() -> Plan:
+    # A commit in doubt while the lease is stolen: the owner showed its sockets frames it could
+    # not store, and the new owner's frames reached them over the bus before they were closed
+    # (a history told two ways).
+    return Plan(nodes=2, slots=[1, 2], faults_end=25.0, store_faults=[StoreFault("indoubt", 11.7, 12.6)],
+                bus_faults=[BusFault("delay", 8.0, 20.5, "n0")], steals=[12.4, 19.3, 23.7])
+
+
+SCENARIOS = {"takeover": _takeover, "lease-lost": _lease_lost, "in-doubt": _in_doubt, "cut": _cut,
+             "take-back": _take_back, "hand-over": _hand_over}
