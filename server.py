@@ -32,7 +32,23 @@ from chat_agent.web.deadlines import deadline_protocol
 from chat_agent.web.wsprotocol import LeanWebSocketProtocol
 
 log = logging.getLogger("chat_agent.server")
-YOUNG_GC = 10_000  # allocations between two young collections (see `Server.startup`)
+YOUNG_GC = 10_000  # allocations between two young collections (see `settle_collector`)
+
+
+def settle_collector() -> None:
+    """Sets the garbage collector up for a server that has loaded what it runs on (also
+    `bench/bare_relay.py`'s, so that the floor it measures has no pauses ours has not)."""
+    # Everything loaded to start (modules, schemas, the tokenizer, the SDKs) lives as long
+    # as the process: out of the collector's sight, a full collection scans only what turns
+    # make, in ~1 ms instead of the 130-220 ms pauses that stalled every stream (and every
+    # abort) at once under load.
+    gc.collect()
+    gc.freeze()
+    # A young collection every YOUNG_GC allocations, not every 700: what a server keeps per
+    # socket and per turn is made in bursts that live on, and collecting after every 700 of
+    # them spent ~30% of opening 3,000 sockets in the collector (idle_connections.py:
+    # opening 0.68 -> 0.94 of a bare endpoint's rate, memory per socket unchanged).
+    gc.set_threshold(YOUNG_GC, *gc.get_threshold()[1:])
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -61,17 +77,7 @@ class Server(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        # Everything loaded to start (modules, schemas, the tokenizer, the SDKs) lives as long
-        # as the process: out of the collector's sight, a full collection scans only what turns
-        # make, in ~1 ms instead of the 130-220 ms pauses that stalled every stream (and every
-        # abort) at once under load.
-        gc.collect()
-        gc.freeze()
-        # A young collection every YOUNG_GC allocations, not every 700: what a server keeps per
-        # socket and per turn is made in bursts that live on, and collecting after every 700 of
-        # them spent ~30% of opening 3,000 sockets in the collector (idle_connections.py:
-        # opening 0.68 -> 0.94 of a bare endpoint's rate, memory per socket unchanged).
-        gc.set_threshold(YOUNG_GC, *gc.get_threshold()[1:])
+        settle_collector()
         if self.started and sockets:
             host, port = sockets[0].getsockname()[:2]
             where = _where(host, port)

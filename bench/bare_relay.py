@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import json
 import os
 from collections import deque
@@ -47,7 +46,7 @@ from chat_agent.model.anthropic import LIMITS  # noqa: E402
 from chat_agent.model.fair import FairShare  # noqa: E402
 from chat_agent.protocol import ContentChunk  # noqa: E402
 from chat_agent.sessions.coalesce import DeltaCoalescer  # noqa: E402
-from server import YOUNG_GC  # noqa: E402
+from server import settle_collector  # noqa: E402
 from tools import build_registry  # noqa: E402
 
 MODEL = os.environ.get("CHAT_AGENT_MODEL") or "claude-sonnet-4-5"
@@ -73,13 +72,10 @@ def build_app() -> Starlette:
         # then went out on a connection the fake was closing, and a whole run's warm-up failed.
         state["client"] = anthropic.AsyncAnthropic(max_retries=0, http_client=anthropic.DefaultAioHttpClient(
             limits=LIMITS))
-        # The collector set up as server.py sets ours up: what was loaded to start frozen, a
-        # young collection every YOUNG_GC allocations. Left at Python's defaults, this process
-        # (which loads the same tools and SDKs) paused ~150 ms for a full collection now and
-        # then, in the middle of a timed round: a floor with pauses ours does not have.
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(YOUNG_GC, *gc.get_threshold()[1:])
+        # The collector set up as ours: left at Python's defaults, this process (which loads
+        # the same tools and SDKs) paused ~150 ms for a full collection now and then, in the
+        # middle of a timed round: a floor with pauses ours does not have.
+        settle_collector()
         yield
         await state["client"].close()
 

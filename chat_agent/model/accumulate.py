@@ -98,10 +98,6 @@ class ReplyAccumulator:
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event["delta"]
-            if delta["type"] == "text_delta" and self.message is not None:  # nearly every event: no call more
-                text = delta["text"]
-                self._pending.setdefault(event["index"], []).append(text)
-                return [TextDelta(text if text.isascii() else scrub(text))]
             if delta["type"] == "text_delta":
                 return self._streamed(event["index"], delta["text"], TextDelta)
             if delta["type"] == "thinking_delta":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 import anthropic
 import httpx2
@@ -136,7 +136,7 @@ class AnthropicClient:
         """Yields deltas as they arrive, then one ModelReply. Raises LLMError."""
         return RetryUnstarted(lambda: self._stream_once(request), retries=self._retries, backoff=self._backoff)
 
-    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    async def _stream_once(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         accumulator = ReplyAccumulator(request.messages)
         with model_span(request.model, request.max_tokens, stream=True, server=self._server) as span:
             try:
@@ -150,8 +150,7 @@ class AnthropicClient:
                                                       stream_cls=EVENTS) as events:
                     fair = FairShare()
                     async for event in events:
-                        if accumulator.message is None:  # (its first event is message_start)
-                            span.first_chunk()
+                        span.first_chunk()
                         for item in accumulator.feed(event):
                             yield item
                         await fair.take_turns()

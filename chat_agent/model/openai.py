@@ -9,7 +9,7 @@ answered. What the provider cannot do is said in the reply's `notes` (thinking).
 from __future__ import annotations
 
 import logging
-from typing import Any, AsyncIterator
+from typing import Any, AsyncGenerator, AsyncIterator
 
 import openai
 from openai.types.chat import ChatCompletion
@@ -137,7 +137,7 @@ class OpenAIClient:
     def _params(self, request: ModelRequest) -> dict[str, Any]:
         return chat_params(request, max_tokens_field=self._max_tokens)
 
-    async def _stream_once(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    async def _stream_once(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         chunks = ChunkAccumulator()
         markers = MarkerScanner(request.messages)  # the model's `[n]`: citations of search results
         # The body is ours, already JSON (`chat_body`: the history's messages translated and

@@ -16,7 +16,7 @@ import email.utils
 import logging
 import random
 import time
-from typing import AsyncIterator, Awaitable, Callable, Mapping
+from typing import AsyncGenerator, Awaitable, Callable, Mapping
 
 from chat_agent.model.types import LLMError, Retry, StreamItem
 
@@ -65,14 +65,14 @@ class RetryUnstarted:
     on as they come, with no step of this iterator between (a stream's every event passes
     here; a generator around it cost one more resumption each)."""
 
-    def __init__(self, attempt_stream: Callable[[], AsyncIterator[StreamItem]], *, retries: int,
+    def __init__(self, attempt_stream: Callable[[], AsyncGenerator[StreamItem, None]], *, retries: int,
                  backoff: float) -> None:
         self._attempt_stream = attempt_stream
         self._retries = retries
         self._backoff = backoff
         self._attempt = 1
         self._delay: float | None = None  # the wait before the next attempt, once its Retry went out
-        self._items: AsyncIterator[StreamItem] | None = None  # the attempt that yielded
+        self._items: AsyncGenerator[StreamItem, None] | None = None  # the attempt that yielded
 
     def __aiter__(self) -> RetryUnstarted:
         return self
@@ -90,7 +90,7 @@ class RetryUnstarted:
         try:
             item = await items.__anext__()
         except LLMError as exc:
-            await _close(items)
+            await items.aclose()
             retryable = exc.retryable and self._attempt <= self._retries
             delay = delay_before(self._attempt - 1, self._backoff, exc.retry_after) if retryable else None
             if delay is None:
@@ -101,17 +101,11 @@ class RetryUnstarted:
             self._delay = delay
             return Retry(self._attempt, self._retries + 1, exc.reason, delay)
         except BaseException:  # the end of an empty stream, a cancellation
-            await _close(items)
+            await items.aclose()
             raise
         self._items = items
         return item
 
     async def aclose(self) -> None:
         if self._items is not None:
-            await _close(self._items)
-
-
-async def _close(items: AsyncIterator[StreamItem]) -> None:
-    aclose = getattr(items, "aclose", None)
-    if aclose is not None:
-        await aclose()
+            await self._items.aclose()
