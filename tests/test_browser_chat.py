@@ -167,11 +167,13 @@ def test_the_users_own_edit_is_a_line_in_the_chat(page, server, fake_anthropic):
     order = page.eval_on_selector_all("#messages > *:not(.empty)", "nodes => nodes.map(n => n.className)")
     assert [c.split()[0:2] for c in order] == [["message", "user"], ["message", "assistant"], ["user-edit"],
                                                ["message", "user"], ["message", "assistant"]], order
-    # Its button shows that version in the canvas.
+    # Its button shows that version in the canvas, also when clicked before the server has
+    # answered the pick of v1 (the select shows v1 at once; the canvas still shows v2).
     page.select_option("#version-select", "1")
-    expect(page.locator("#version-select")).to_have_value("1")
     page.get_by_role("button", name="Show version 2 of the artifact").click()
     expect(page.locator("#version-select")).to_have_value("2")
+    expect(page.locator("#artifact-view")).to_have_attribute("data-index", "2")
+    expect(page.locator("#artifact-view")).to_contain_text("My own second line.")
     page.set_viewport_size(PHONE)
     line.scroll_into_view_if_needed()
     expect(line).to_be_in_viewport()

@@ -230,7 +230,7 @@ class LiveConversation:
         text = frame.to_json()
         self.deliver(None, text)
         self._bus.broadcast(Status(conversation=self.id, turn=self.turn.id if self.turn is not None else None,
-                                   text=text))
+                                   seq=self._seq, text=text))
 
     def set_title(self, title: str) -> None:
         self.title = title

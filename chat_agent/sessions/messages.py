@@ -42,6 +42,10 @@ class Status(_Message):
     kind: Literal["status"] = "status"
     conversation: str
     turn: str | None = None  # the owner's running turn it is of: not shown once that turn is over
+    # The newest seq the owner had logged when it told it: a listener shown a later frame
+    # (its turn's `done`, say, read from the store on opening) is past it. None from an
+    # instance of an earlier version, during a rolling restart.
+    seq: int | None = None
     text: str
 
 

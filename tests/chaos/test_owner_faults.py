@@ -185,6 +185,9 @@ async def test_a_model_that_hangs_is_told_every_5_s_on_every_instance(instances,
         fake_anthropic.enqueue(Reply("hello"), when=main)
         first = await talk.ask("hello")
         assert first.stop == "end_turn"
+        # After the title: the watcher's instance has then seen no frame of the conversation
+        # before the hanging turn's statuses (none of its frames come before the model's).
+        await talk.sock.wait(lambda f: f["type"] == "title", 0, 30)
         watcher = await Sock.open("w", servers, 1, talk.sock.conversation)
         socks.append(watcher)
         fake_anthropic.enqueue(Reply("Sorry for the wait.", lead_delay=11), when=main)

@@ -13,6 +13,7 @@ export class Canvas {
     this.conversation = conversation;
     this.toast = toast;
     this.state = null;       // ArtifactState
+    this.asked = null;       // the version select_artifact_version asked for, until it is shown
     this.live = null;        // {toolId, text} while the model writes
     this.pendingHighlight = null;
     this.view = $("artifact-view");
@@ -28,6 +29,7 @@ export class Canvas {
 
   set(state) {
     this.state = state;
+    this.asked = null;
     this.live = null;
     this.pendingHighlight = null;
     this.render();
@@ -128,8 +130,12 @@ export class Canvas {
     $("version-next").disabled = currentIndex >= versionCount;
   }
 
+  /** Asks the server to show version `index`. Compared with the version asked for last while
+   * its answer is on its way: picking v1 and then the shown v2 back must ask for v2 again. */
   select(index) {
-    if (!this.state || index < 1 || index > this.state.versionCount || index === this.state.currentIndex) return;
+    if (!this.state || index < 1 || index > this.state.versionCount) return;
+    if (index === (this.asked ?? this.state.currentIndex)) return;
+    this.asked = index === this.state.currentIndex ? null : index;
     this.send({ type: "select_artifact_version", index });
   }
 
