@@ -303,16 +303,16 @@ def _pieces(payload: str) -> list[str]:
     data = payload.encode()
     if len(data) < PIECE_BYTES:
         return [payload]
-    # Split on characters, so that every piece is valid text on its own.
-    pieces, current, size = [], [], 0
-    for char in payload:
-        width = len(char.encode())
-        if size + width > PIECE_BYTES - 64:
-            pieces.append("".join(current))
-            current, size = [], 0
-        current.append(char)
-        size += width
-    pieces.append("".join(current))
+    # Cut between characters (never before a UTF-8 continuation byte), so that every piece
+    # is valid text on its own; on the bytes, not character by character (a frames message
+    # of a burst is tens of KB).
+    pieces, start, size = [], 0, PIECE_BYTES - 64
+    while start < len(data):
+        end = min(start + size, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:
+            end -= 1
+        pieces.append(data[start:end].decode())
+        start = end
     key = uuid.uuid4().hex[:12]
     return [f"~{key}:{i}:{len(pieces)}:{piece}" for i, piece in enumerate(pieces)]
 
