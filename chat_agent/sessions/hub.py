@@ -116,13 +116,8 @@ class Hub:
                         registry.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
                 case Status(conversation=conversation_id, turn=turn, seq=seq, text=text):
                     live = registry.get(conversation_id)
-                    # Not after its turn's end: it may overtake frames on the bus, or follow a
-                    # `done` this instance read from the store. No frame of a turn still waiting
-                    # for the model may have come here yet (no follower then): it is shown.
-                    if live is not None and turn is not None and not self.ownership.holds(conversation_id) \
-                            and not live.recovering and (seq is None or live.seq <= seq) \
-                            and (live.follower is None or live.follower.shows_status(turn)):
-                        live.deliver(None, text)
+                    if live is not None and not self.ownership.holds(conversation_id):
+                        live.owners_status(turn, seq, text)
                 case Answer() as answer:
                     self._forwarder.answered(answer)
                 case Resync():

@@ -232,6 +232,17 @@ class LiveConversation:
         self._bus.broadcast(Status(conversation=self.id, turn=self.turn.id if self.turn is not None else None,
                                    seq=self._seq, text=text))
 
+    def owners_status(self, turn: str | None, seq: int | None, text: str) -> None:
+        """A `status` that the owner, another instance, told of its turn `turn` when the newest
+        seq it had logged was `seq`. Not shown after that turn's end: it may overtake frames on
+        the bus, or come after a `done` this instance read from the store. A turn still waiting
+        for the model may have sent no frame here yet (no follower then): its status is shown.
+        Nor while the conversation is brought back in line (see `writes_lost`)."""
+        if turn is None or self._recovering or (seq is not None and self.seq > seq):
+            return
+        if self.follower is None or self.follower.shows_status(turn):
+            self.deliver(None, text)
+
     def set_title(self, title: str) -> None:
         self.title = title
         self.publish(TitleFrame(title=title), ops=[SetTitle(self.owner, self.id, title)])
