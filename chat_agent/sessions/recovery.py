@@ -17,9 +17,9 @@ import logging
 
 from chat_agent.protocol import Done, ErrorFrame
 from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, RESTARTED
-from chat_agent.sessions.live import LiveConversation
+from chat_agent.sessions.live import CLOSE_INTERNAL, LiveConversation
 from chat_agent.sessions.ownership import Claim
-from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND, Registry
+from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry
 from chat_agent.store import Lease
 
 log = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from chat_agent.rejection import FrameRejected
 from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, Resumer, end_cut_turn
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
-from chat_agent.sessions.live import CLOSE_INTERNAL, Listener, LiveConversation
+from chat_agent.sessions.live import Listener, LiveConversation
 from chat_agent.sessions.messages import RunJob
 from chat_agent.sessions.ownership import Claim, Ownership
 from chat_agent.sessions.turn import RunningTurn

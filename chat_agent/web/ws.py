@@ -17,8 +17,8 @@ from chat_agent.eager import eager
 from chat_agent.quotas import QuotaExceeded, Quotas
 from chat_agent.sessions.commands import for_sender
 from chat_agent.sessions.hub import Hub
-from chat_agent.sessions.live import LiveConversation
-from chat_agent.sessions.registry import CLOSE_INTERNAL, CLOSE_NOT_FOUND
+from chat_agent.sessions.live import CLOSE_INTERNAL, LiveConversation
+from chat_agent.sessions.registry import CLOSE_NOT_FOUND
 from chat_agent.protocol import (CLIENT_TYPES, ToolResultIn, RegenerateIn, RenameIn, SwitchBranchIn, AbortIn, ApproveIn, ReviewDecisionIn, ClearContextIn, EditArtifactIn, ErrorCode, ErrorFrame, MessageIn,
                        PingIn, Pong, ResumeIn, SelectArtifactVersionIn, client_frames)
 from chat_agent.rejection import FrameRejected
