@@ -284,8 +284,10 @@ class _Sender:
                 self._conn = await self._connect()
             try:
                 # One statement, so one transaction: its notifications arrive together, in order.
+                # The arrays go out binary (%b): as text, psycopg would escape every quote of
+                # every payload (JSON) in Python, ~1,700 times slower.
                 await self._conn.execute(
-                    "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY AS m(c, p, i)"
+                    "SELECT pg_notify(c, p) FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY AS m(c, p, i)"
                     " ORDER BY i", (channels, payloads))
             except Exception:
                 await self._conn.close()

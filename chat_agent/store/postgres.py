@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection, AsyncRawCursor
+from psycopg.types.array import ListBinaryDumper
 from psycopg.types.numeric import Int8BinaryDumper, Int8Dumper
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -126,6 +127,10 @@ async def _configure(conn: _Connection) -> None:
     # where a column is bigint.
     conn.adapters.register_dumper(int, Int8Dumper)
     conn.adapters.register_dumper(int, Int8BinaryDumper)
+    # Lists (a batch's events column by column, say) go out as binary arrays: the text form
+    # escapes every quote and backslash of every element in Python, and a frame is JSON
+    # (50 frames of 4.8 KB took 124 ms to write as text, 0.07 ms as binary).
+    conn.adapters.register_dumper(list, ListBinaryDumper)
 
 
 class PostgresStore(Store):
