@@ -144,26 +144,12 @@ async def test_restarting_the_wait_debounces(make_queue):
     assert runs.keys() == [REFLECTION.key]
 
 
-async def test_postpone_restarts_only_a_job_that_is_pending(make_queue):
-    runs = Runs()
-    queue = await make_queue(runs)
-    await queue.postpone(REFLECTION, 0.0)  # none waits: nothing to restart
-    await asyncio.sleep(QUIET)
-    assert runs.started == []
-    await queue.defer(REFLECTION, 1.0)
-    await asyncio.sleep(0.5)
-    postponed = time.monotonic()
-    await queue.postpone(REFLECTION, 1.0)
-    await until(lambda: runs.finished == [REFLECTION.key])
-    assert runs.started[0][1] - postponed >= 1.0
-
-
 async def test_a_running_job_is_not_interrupted_and_the_next_waits_for_it(make_queue):
     runs = Runs(hold=frozenset({"reflection"}))
     queue = await make_queue(runs)
     await queue.defer(REFLECTION, 0)
     await until(lambda: len(runs.started) == 1)
-    await queue.postpone(REFLECTION, 0)  # it runs: a new one waits for it
+    await queue.defer(REFLECTION, 0)  # it runs: a new one waits for it
     await asyncio.sleep(QUIET)
     assert len(runs.started) == 1 and runs.cancelled == []
     runs.release.set()
@@ -219,7 +205,7 @@ async def test_a_debounce_restarted_on_another_instance(shared):
     await a.defer(REFLECTION, 1.0, restart=True)
     await asyncio.sleep(0.5)
     restarted = time.monotonic()
-    await b.postpone(REFLECTION, 1.0)  # the newer turn ran on B
+    await b.defer(REFLECTION, 1.0, restart=True)  # the newer turn ran on B
     await until(lambda: runs.finished == [REFLECTION.key])
     assert runs.started[0][1] - restarted >= 1.0
     await asyncio.sleep(QUIET)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -35,6 +36,9 @@ REFLECTION_MESSAGES = 200
 # Seconds a closing instance waits for the queue to take what it was given (the database
 # may be gone: what it did not take is lost, like a job waiting in a process that ends).
 CLOSE_WAIT = 5.0
+# Seconds of a reflection's wait left, or of activity after it began, below which it is not
+# deferred again (the turn that deferred it stores its last frames just after).
+SETTLED = 0.1
 
 Operation = Callable[[], Awaitable[None]]
 
@@ -49,6 +53,8 @@ class Conversations(Protocol):
     async def forward_job(self, live: LiveConversation, kind: str) -> bool: ...
 
     def detach(self, live: LiveConversation, listener: Listener) -> None: ...
+
+    async def active_at(self, live: LiveConversation) -> float | None: ...
 
 
 class _Using:
@@ -93,11 +99,12 @@ class ConversationJobs:
         if live.title is None and stop == "end_turn":
             title = Job(TITLE, live.owner, live.id)
             self._submit(lambda: self.queue.defer(title, 0))
-        reflection = Job(REFLECTION, live.owner, live.id)
         if artifact_changed:
+            reflection = Job(REFLECTION, live.owner, live.id)
             self._submit(lambda: self.queue.defer(reflection, self._settings.reflection_delay, restart=True))
-        else:  # a newer turn restarts the wait of one due, wherever the turn before ran
-            self._submit(lambda: self.queue.postpone(reflection, self._settings.reflection_delay))
+        # A turn without a change delays a waiting reflection too, but costs the queue nothing
+        # now: the reflection looks at the conversation's last activity when it comes due
+        # (`_reflect`). Asking the shared queue at every turn's end cost a transaction each.
 
     def reflect_later(self, live: LiveConversation) -> None:
         reflection = Job(REFLECTION, live.owner, live.id)
@@ -172,6 +179,9 @@ class ConversationJobs:
         if live is None:
             return
         try:
+            active = await self._conversations.active_at(live)
+            if await self._again_later(live, active):
+                return  # a newer turn came during the wait: the wait restarts from it
             memories = await self._memories.load(owner)
             current = live.canvas.current
             transcript = transcript_for_reflection(await live.recent(REFLECTION_MESSAGES))
@@ -180,5 +190,19 @@ class ConversationJobs:
                                    artifact=current.content if current else None)
             if result is not None:  # merged with what changed meanwhile, if anything did
                 await self._memories.revise(owner, memories, *result)
+            # A turn that ended while this one ran is not in its transcript: another follows.
+            latest = await self._conversations.active_at(live)
+            if latest is not None and active is not None and latest > active + SETTLED:
+                later = max(0.0, latest + self._settings.reflection_delay - time.time())
+                await self.queue.defer(Job(REFLECTION, owner, conversation_id), later)
         finally:
             self._conversations.detach(live, using)
+
+    async def _again_later(self, live: LiveConversation, active: float | None) -> bool:
+        """Defers the conversation's reflection again if its last activity (`active`, the
+        store's clock) is more recent than the wait it ended; whether it did."""
+        later = active + self._settings.reflection_delay - time.time() if active is not None else 0.0
+        if later <= SETTLED:
+            return False
+        await self.queue.defer(Job(REFLECTION, live.owner, live.id), later)
+        return True

@@ -108,10 +108,6 @@ class ProcrastinateQueue:
                 await self._app.job_manager.cancel_job_by_id_async(waiting.id, delete_job=True)  # type: ignore[arg-type]
         log.warning("could not restart the wait of job %s: other instances kept deferring it", job.key)
 
-    async def postpone(self, job: Job, delay: float) -> None:
-        if await self._jobs(job.key):
-            await self.defer(job, delay, restart=True)
-
     async def cancel(self, conversation_id: str) -> None:
         for kind in KINDS:
             for found in await self._jobs(f"{conversation_prefix(conversation_id)}{kind}"):

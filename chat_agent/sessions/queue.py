@@ -56,10 +56,6 @@ class JobQueue(Protocol):
         is kept as it is (restart False), or its wait starts again from now (restart True:
         a debounce)."""
 
-    async def postpone(self, job: Job, delay: float) -> None:
-        """Restarts the wait of the job of this key that waits or runs (after one that runs,
-        a new one waits `delay`); without one, nothing."""
-
     async def cancel(self, conversation_id: str) -> None:
         """Drops the conversation's waiting jobs and stops those that run."""
 
@@ -84,10 +80,6 @@ class LocalQueue:
         if not restart and self._background.waiting(job.key):
             return
         self._background.schedule(job.key, delay, lambda: self._running(job))
-
-    async def postpone(self, job: Job, delay: float) -> None:
-        if job.key in self._background.pending():
-            await self.defer(job, delay, restart=True)
 
     async def cancel(self, conversation_id: str) -> None:
         self._background.cancel(conversation_prefix(conversation_id))

@@ -283,6 +283,12 @@ class Registry:
             live.missed()
         return True
 
+    async def active_at(self, live: LiveConversation) -> float | None:
+        """When the conversation last stored a frame (its last turn's end, mostly), as the
+        store says: another instance may own it. None if it was never stored."""
+        record = await self.store.get_conversation(live.owner, live.id)
+        return record.updated_at if record is not None else None
+
     async def forward_job(self, live: LiveConversation, kind: str) -> bool:
         """Hands a background job that writes the conversation (its title) to the instance
         that owns it, and waits until it ran there: True. False when the owner is this
