@@ -395,7 +395,7 @@ async def open_session(url: str, timeout: float = 30.0) -> Any:
 
 
 async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, sessions: int, content: str,
-                titled: bool) -> dict[str, Any]:
+                titled: bool, service_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """`sessions` sockets, each on a new conversation, spread round robin over `urls`: one
     warm-up turn each (and, if `titled`, its title), then one timed turn each, all at once.
     CPU is summed over `server_pids`. A socket that fails to open, or a turn that fails (an
@@ -414,11 +414,16 @@ async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, 
     def server_cpu() -> float:
         return sum(proc_cpu(pid) for pid in server_pids)
 
+    def services() -> float:
+        return service_cpu() if service_cpu is not None else 0.0
+
     cpu0, fake0, client0, t0 = server_cpu(), proc_cpu(fake_pid), time.process_time(), time.perf_counter()
+    services0 = services()
     turns = errors.keep(await asyncio.gather(*(stream_turn(ws, content) for ws in sockets), return_exceptions=True),
                         "timed turn")
     elapsed = time.perf_counter() - t0
     cpu, client = server_cpu() - cpu0, time.process_time() - client0
+    services_cpu = services() - services0
     fake_cpu = proc_cpu(fake_pid) - fake0
     await asyncio.gather(*(ws.close() for ws in opened), return_exceptions=True)
     turns = [t for t in turns if t["arrivals"]]
@@ -428,7 +433,8 @@ async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, 
     frames = sum(t["frames"] for t in turns)
     return {"chars": chars, "per_session": {t["chars"] for t in turns}, "elapsed": elapsed,
             "text_frames": sum(t["text_frames"] for t in turns), "frames": frames,
-            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu, "errors": errors,
+            "server_cpu": cpu, "client_cpu": client, "fake_cpu": fake_cpu, "services_cpu": services_cpu,
+            "errors": errors,
             "first": median([t["arrivals"][0][0] for t in turns]), "half": median([half_time(t) for t in turns]),
             "late": median([late_share(t) for t in turns]), "throughput": chars / elapsed,
             "frames_per_s": frames / elapsed}

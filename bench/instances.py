@@ -253,10 +253,13 @@ def scan_logs(tmp: Path, limit: int = 8) -> None:
 # ---- 1. throughput ----------------------------------------------------------------------------
 
 def report_load(name: str, r: dict, db_cpu: float) -> None:
+    """One round: the timed turns' figures (CPU in their window), and the database's CPU over
+    the whole round (opening, warm-up turns and titles too)."""
     print(f"    {name:8s} {r['frames_per_s']:7.0f} frames/s ({r['frames']} frames), "
           f"{r['throughput'] / 1000:6.1f} k chars/s, {r['elapsed']:.2f} s; first text {r['first'] * 1000:5.0f} ms, "
           f"half text {r['half'] * 1000:5.0f} ms; CPU servers {r['server_cpu']:.1f} s, fake {r['fake_cpu']:.1f} s, "
-          f"client {r['client_cpu']:.1f} s, postgres+redis (machine) {db_cpu:.1f} s; {r['errors'].report()}")
+          f"client {r['client_cpu']:.1f} s, postgres+redis (machine) {r['services_cpu']:.1f} s "
+          f"({db_cpu:.1f} s over the round); {r['errors'].report()}")
 
 
 async def throughput(setups: list[Setup], fake: FakeAnthropicProcess, args: argparse.Namespace) -> dict:
@@ -271,7 +274,8 @@ async def throughput(setups: list[Setup], fake: FakeAnthropicProcess, args: argp
                 await settle([pid for s in setups for pid in s.pids])
                 db0 = service_cpu(("postgres", "redis-server"))
                 try:
-                    got = await drive(setup.urls, setup.pids, fake.pid, args.sessions, text, titled=True)
+                    got = await drive(setup.urls, setup.pids, fake.pid, args.sessions, text, titled=True,
+                                      service_cpu=lambda: service_cpu(("postgres", "redis-server")))
                 except Exception as exc:  # every session failed (PostgreSQL out of connections, say)
                     print(f"    {setup.label} ({r + 1}): no turn finished: {' '.join(str(exc).split())[:300]}")
                     continue
