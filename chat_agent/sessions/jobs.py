@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from chat_agent import clock
 from chat_agent.canvas.memory import MemoryBook
 from chat_agent.canvas.reflection import reflect, transcript_for_reflection
 from chat_agent.canvas.titles import make_title
@@ -193,7 +193,7 @@ class ConversationJobs:
             # A turn that ended while this one ran is not in its transcript: another follows.
             latest = await self._conversations.active_at(live)
             if latest is not None and active is not None and latest > active + SETTLED:
-                later = max(0.0, latest + self._settings.reflection_delay - time.time())
+                later = max(0.0, latest + self._settings.reflection_delay - clock.now())
                 await self.queue.defer(Job(REFLECTION, owner, conversation_id), later)
         finally:
             self._conversations.detach(live, using)
@@ -201,7 +201,7 @@ class ConversationJobs:
     async def _again_later(self, live: LiveConversation, active: float | None) -> bool:
         """Defers the conversation's reflection again if its last activity (`active`, the
         store's clock) is more recent than the wait it ended; whether it did."""
-        later = active + self._settings.reflection_delay - time.time() if active is not None else 0.0
+        later = active + self._settings.reflection_delay - clock.now() if active is not None else 0.0
         if later <= SETTLED:
             return False
         await self.queue.defer(Job(REFLECTION, live.owner, live.id), later)
