@@ -31,10 +31,10 @@ from chat_agent.sessions.ownership import LeaseExpired, LeaseLost, Ownership
 from chat_agent.sessions.pages import visible_page
 from chat_agent.sessions.prepare import Knowledge, TurnPreparer
 from chat_agent.sessions.queue import JobQueue
-from chat_agent.sessions.recovery import Recovery, deleted
-from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry
+from chat_agent.sessions.recovery import Recovery
+from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry, deleted
 from chat_agent.sessions.replica import session_from_store
-from chat_agent.store import DeleteConversation, Store, StoreWriter
+from chat_agent.store import Store, StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -166,22 +166,7 @@ class Hub:
         return await self.commands.command(live, frame, echo=echo)
 
     async def delete(self, owner: str, conversation_id: str) -> bool:
-        live = self.registry.live(owner, conversation_id)
-        if live is not None:
-            await live.abort()
-            self.registry.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
-        elif await self.store.get_conversation(owner, conversation_id) is None:
-            return False
-        self.jobs.cancel(conversation_id)
-        # Deleting wins over whoever owns it: not fenced by a lease (one given back keeps its
-        # fence, which would refuse this). An owner elsewhere finds nothing left to write to.
-        self.writer.unfence(conversation_id)
-        await self.writer.commit([DeleteConversation(owner, conversation_id)])
-        # Sockets on other instances learn it from the bus (an owner elsewhere stops its turn:
-        # its next write finds nothing to write to).
-        self.bus.broadcast(Deleted(conversation=conversation_id))
-        await self.ownership.release(conversation_id)
-        return True
+        return await self.registry.delete(owner, conversation_id, self.jobs.cancel)
 
     # ---- what clients read ----------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from chat_agent.protocol import Done, ErrorFrame
 from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, RESTARTED
 from chat_agent.sessions.live import CLOSE_INTERNAL, LiveConversation
 from chat_agent.sessions.ownership import Claim
-from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry
+from chat_agent.sessions.registry import CLOSE_NOT_FOUND, Registry, deleted
 from chat_agent.store import Lease
 
 log = logging.getLogger(__name__)
@@ -27,10 +27,6 @@ log = logging.getLogger(__name__)
 CHANGE_NOT_SAVED = "The server could not save that change (its storage failed); what you see now is what was kept."
 GONE_NOT_SAVED = ("The server could not save this conversation's latest changes (its storage failed); reconnect "
                   "to see what was kept.")
-
-
-def deleted(conversation_id: str) -> ErrorFrame:
-    return ErrorFrame(conversation_id=conversation_id, code="not_found", message="This conversation was deleted.")
 
 
 class Recovery:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Coroutine
+from typing import Any, Callable, Coroutine
 
 from chat_agent import clock
 from chat_agent.canvas.artifact import Canvas
@@ -25,10 +25,11 @@ from chat_agent.sessions.bus import Bus
 from chat_agent.sessions.cut import NOT_SAVED, OWNER_LOST, Cut, Resumer, end_cut_turn
 from chat_agent.sessions.forwarding import Forwarder, OwnerUnreachable
 from chat_agent.sessions.live import Listener, LiveConversation
-from chat_agent.sessions.messages import RunJob
+from chat_agent.sessions.messages import Deleted, RunJob
 from chat_agent.sessions.ownership import Claim, Ownership
 from chat_agent.sessions.turn import RunningTurn
-from chat_agent.store import ArtifactRecord, ConversationRecord, CreateConversation, HistorySize, Store, StoreWriter
+from chat_agent.store import (ArtifactRecord, ConversationRecord, CreateConversation, DeleteConversation, HistorySize,
+                              Store, StoreWriter)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,10 @@ Loaded = tuple[ConversationRecord, HistorySize, ArtifactRecord | None]
 CLAIM_ATTEMPTS = 20
 CLAIM_RETRY = 0.05
 JOB_TIMEOUT = 120.0  # seconds an owner has to run a background job handed to it (a title)
+
+
+def deleted(conversation_id: str) -> ErrorFrame:
+    return ErrorFrame(conversation_id=conversation_id, code="not_found", message="This conversation was deleted.")
 
 
 class Registry:
@@ -127,6 +132,32 @@ class Registry:
         live.retire()
         if self._live.get(live.id) is live:
             del self._live[live.id]
+
+    async def delete(self, owner: str, conversation_id: str, cancel_jobs: Callable[[str], None]) -> bool:
+        """Deletes the conversation (its running turn aborted, its sockets closed, its jobs
+        cancelled); False when the owner has no such conversation."""
+        live = self.live(owner, conversation_id)
+        if live is None and await self.store.get_conversation(owner, conversation_id) is None:
+            return False
+        # While it is deleted, nothing opens it from the store again (a background job's late
+        # attach would hold a copy that a second DELETE finds); a copy opened just before is
+        # closed like the first.
+        async with self._loading.setdefault(conversation_id, asyncio.Lock()):
+            for _ in range(2):  # the copy found first, then one opened before the lock was taken
+                if (live := self.live(owner, conversation_id)) is not None:
+                    await live.abort()
+                    self.close_all(live, CLOSE_NOT_FOUND, deleted(conversation_id))
+            cancel_jobs(conversation_id)
+            # Deleting wins over whoever owns it: not fenced by a lease (one given back keeps its
+            # fence, which would refuse this). An owner elsewhere finds nothing left to write to.
+            self.writer.unfence(conversation_id)
+            await self.writer.commit([DeleteConversation(owner, conversation_id)])
+        self._loading.pop(conversation_id, None)
+        # Sockets on other instances learn it from the bus (an owner elsewhere stops its turn:
+        # its next write finds nothing to write to).
+        self.bus.broadcast(Deleted(conversation=conversation_id))
+        await self.ownership.release(conversation_id)
+        return True
 
     def spawn(self, job: Coroutine[Any, Any, Any], name: str) -> None:
         """Runs `job` in the background, held until it ends (an abort sent by a request that
