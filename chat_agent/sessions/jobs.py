@@ -36,8 +36,8 @@ REFLECTION_MESSAGES = 200
 # Seconds a closing instance waits for the queue to take what it was given (the database
 # may be gone: what it did not take is lost, like a job waiting in a process that ends).
 CLOSE_WAIT = 5.0
-# Seconds of a reflection's wait left, or of activity after it began, below which it is not
-# deferred again (the turn that deferred it stores its last frames just after).
+# Seconds of a reflection's wait left below which it is not deferred again (the turn that
+# deferred it stores its last frames just after).
 SETTLED = 0.1
 
 Operation = Callable[[], Awaitable[None]]
@@ -105,6 +105,8 @@ class ConversationJobs:
         # A turn without a change delays a waiting reflection too, but costs the queue nothing
         # now: the reflection looks at the conversation's last activity when it comes due
         # (`_reflect`). Asking the shared queue at every turn's end cost a transaction each.
+        # (Such a turn ending while the reflection runs is read by the next one only: any
+        # frame counts as activity, a late title too, and a reflection must not beget another.)
 
     def reflect_later(self, live: LiveConversation) -> None:
         reflection = Job(REFLECTION, live.owner, live.id)
@@ -179,8 +181,7 @@ class ConversationJobs:
         if live is None:
             return
         try:
-            active = await self._conversations.active_at(live)
-            if await self._again_later(live, active):
+            if await self._again_later(live, await self._conversations.active_at(live)):
                 return  # a newer turn came during the wait: the wait restarts from it
             memories = await self._memories.load(owner)
             current = live.canvas.current
@@ -190,11 +191,6 @@ class ConversationJobs:
                                    artifact=current.content if current else None)
             if result is not None:  # merged with what changed meanwhile, if anything did
                 await self._memories.revise(owner, memories, *result)
-            # A turn that ended while this one ran is not in its transcript: another follows.
-            latest = await self._conversations.active_at(live)
-            if latest is not None and active is not None and latest > active + SETTLED:
-                later = max(0.0, latest + self._settings.reflection_delay - clock.now())
-                await self.queue.defer(Job(REFLECTION, owner, conversation_id), later)
         finally:
             self._conversations.detach(live, using)
 
