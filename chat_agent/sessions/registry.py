@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Coroutine
 
 from chat_agent import clock
 from chat_agent.canvas.artifact import Canvas
@@ -89,11 +90,10 @@ class Registry:
         the id is someone else's."""
         live = await self.open(owner, thread_id)
         if live is None:
-            async with self._loading.setdefault(thread_id, asyncio.Lock()):
+            async with self._loading_lock(thread_id):
                 live = self._live.get(thread_id)
                 if live is None and not await self.store.conversation_taken(thread_id):
                     live = await self._create(owner, thread_id)
-            self._loading.pop(thread_id, None)
         if live is None or live.owner != owner:
             return None
         live.listeners[listener] = None
@@ -142,7 +142,7 @@ class Registry:
         # While it is deleted, nothing opens it from the store again (a background job's late
         # attach would hold a copy that a second DELETE finds); a copy opened just before is
         # closed like the first.
-        async with self._loading.setdefault(conversation_id, asyncio.Lock()):
+        async with self._loading_lock(conversation_id):
             for _ in range(2):  # the copy found first, then one opened before the lock was taken
                 if (live := self.live(owner, conversation_id)) is not None:
                     await live.abort()
@@ -152,7 +152,6 @@ class Registry:
             # fence, which would refuse this). An owner elsewhere finds nothing left to write to.
             self.writer.unfence(conversation_id)
             await self.writer.commit([DeleteConversation(owner, conversation_id)])
-        self._loading.pop(conversation_id, None)
         # Sockets on other instances learn it from the bus (an owner elsewhere stops its turn:
         # its next write finds nothing to write to).
         self.bus.broadcast(Deleted(conversation=conversation_id))
@@ -204,7 +203,7 @@ class Registry:
         live = self._live.get(conversation_id)
         if live is not None:
             return live if live.owner == owner else None
-        async with self._loading.setdefault(conversation_id, asyncio.Lock()):
+        async with self._loading_lock(conversation_id):
             live = self._live.get(conversation_id)
             if live is not None:
                 return live if live.owner == owner else None
@@ -214,8 +213,17 @@ class Registry:
                 return None
             live = self._remember(*loaded)
             await self.close_cut_turns(live, cut)
-        self._loading.pop(conversation_id, None)
         return live
+
+    @asynccontextmanager
+    async def _loading_lock(self, conversation_id: str) -> AsyncIterator[None]:
+        """Held while the conversation is loaded, created or deleted here: one at a time. The
+        lock is forgotten once its holder is done, whichever way its block ended."""
+        async with self._loading.setdefault(conversation_id, asyncio.Lock()):
+            try:
+                yield
+            finally:
+                self._loading.pop(conversation_id, None)
 
     async def load(self, owner: str, conversation_id: str) -> Loaded | None:
         record = await self.store.get_conversation(owner, conversation_id)
