@@ -394,12 +394,31 @@ async def open_session(url: str, timeout: float = 30.0) -> Any:
     return ws
 
 
+async def settle(pids: Sequence[int], service_cpu: Callable[[], float] | None = None, timeout: float = 15.0) -> None:
+    """Waits until these servers are idle (each below 10% of a core over 0.5 s), and the
+    services behind them too (`service_cpu`, the database's processes: below 20% of a core):
+    what one measurement leaves running must not weigh on the next."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        before = sum(proc_cpu(pid) for pid in pids)
+        services = service_cpu() if service_cpu is not None else 0.0
+        await asyncio.sleep(0.5)
+        busy = sum(proc_cpu(pid) for pid in pids) - before >= 0.05 * len(pids)
+        if not busy and (service_cpu is None or service_cpu() - services < 0.1):
+            return
+
+
 async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, sessions: int, content: str,
                 titled: bool, service_cpu: Callable[[], float] | None = None) -> dict[str, Any]:
     """`sessions` sockets, each on a new conversation, spread round robin over `urls`: one
     warm-up turn each (and, if `titled`, its title), then one timed turn each, all at once.
     CPU is summed over `server_pids`. A socket that fails to open, or a turn that fails (an
-    `error` frame, a timeout), is counted in `errors` and left out of the figures."""
+    `error` frame, a timeout), is counted in `errors` and left out of the figures.
+
+    The timed turns start once the servers (and `service_cpu`'s processes) are idle again:
+    the warm-up's tail (its titles' commits, on PostgreSQL their search indexing and job
+    bookkeeping) is work of the warm-up, not of the burst, and it weighs on one store more
+    than on another."""
     errors = Errors()
     opened = errors.keep(await asyncio.gather(*(open_session(urls[i % len(urls)]) for i in range(sessions)),
                                               return_exceptions=True), "open")
@@ -410,6 +429,8 @@ async def drive(urls: Sequence[str], server_pids: Sequence[int], fake_pid: int, 
         titled_sessions = sum(await asyncio.gather(*(until_title(ws) for ws in sockets)))
         if titled_sessions < len(sockets):
             print(f"    ({len(sockets) - titled_sessions} sessions got no title within 20 s)")
+
+    await settle(server_pids, service_cpu)
 
     def server_cpu() -> float:
         return sum(proc_cpu(pid) for pid in server_pids)

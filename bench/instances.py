@@ -76,7 +76,7 @@ from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (ROOT, ChatServer, Errors, FakeAnthropicProcess, drive, judge_rounds, median, ms, pct,  # noqa: E402
-                     proc_cpu, recv_json, run, send_message, verdict, ws_connect)
+                     proc_cpu, recv_json, run, send_message, settle, verdict, ws_connect)
 from abort_latency import BACKGROUND, CASES, ping_forever, stream_forever  # noqa: E402
 
 import psutil  # noqa: E402
@@ -152,18 +152,6 @@ def service_cpu(names: tuple[str, ...]) -> float:
                 t = proc.cpu_times()
                 total += t.user + t.system
     return total
-
-
-async def settle(pids: list[int], timeout: float = 15.0) -> None:
-    """Waits until these servers are idle (below 10% of a core over 0.5 s): turns whose
-    sockets closed run on to their end, titles are made, leases given back; what one
-    measurement leaves running must not weigh on the next."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        before = sum(proc_cpu(pid) for pid in pids)
-        await asyncio.sleep(0.5)
-        if sum(proc_cpu(pid) for pid in pids) - before < 0.05 * len(pids):
-            return
 
 
 @dataclass
