@@ -125,6 +125,29 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthrop
         yield proc
 
 
+# The longest modules (minutes each, most of it waiting on servers they start), run first: with
+# two workers, a long module that starts last keeps one worker busy alone at the end of the
+# run. xdist hands out modules in collection order (`--no-loadscope-reorder` in pyproject).
+LONGEST_FIRST = (
+    "tests/test_sim.py",
+    "tests/test_e2e_instances.py",
+    "tests/chaos/test_pg_cut.py",
+    "tests/test_e2e_jobs.py",
+    "tests/chaos/test_owner_faults.py",
+    "tests/test_e2e_durability.py",
+    "tests/chaos/test_rolling_restart.py",
+    "tests/test_e2e_continuation.py",
+    "tests/test_e2e_trees.py",
+    "tests/chaos/test_disk_full.py",
+    "tests/test_e2e_approval.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings) -> bool:
     """pytest-timeout's bound (pyproject's `timeout`, or a test's mark) scaled by the load when
