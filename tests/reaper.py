@@ -92,10 +92,10 @@ class _Guard:
         except (BrokenPipeError, ValueError):
             pass  # the watchdog is gone: the groups are still ended by `close`
 
-    def adopt(self, pgid: int) -> None:
+    def adopt(self, pgid: int, lasting: bool = False) -> None:
         with self.lock:
             self.sequence += 1
-            self.groups[pgid] = self.sequence
+            self.groups[pgid] = 0 if lasting else self.sequence  # 0: after no mark (see `adopt`)
             self.tell(f"+{pgid}")
 
     def forget(self, pgid: int) -> None:
@@ -105,13 +105,13 @@ class _Guard:
 
     def since(self, mark: int) -> list[int]:
         with self.lock:
-            return [pgid for pgid, seq in self.groups.items() if seq > mark]
+            return [pgid for pgid, seq in self.groups.items() if seq > mark or mark < 0]
 
     def close(self) -> None:
         """At exit: end every group still here, then let the watchdog go."""
         if os.getpid() != self.owner:  # a forked child exiting: the groups are not its own
             return
-        left = self.since(0)
+        left = self.since(-1)
         for pgid in left:
             _signal_group(pgid, signal.SIGTERM)
             _signal_group(pgid, signal.SIGCONT)
@@ -143,9 +143,11 @@ def guard() -> _Guard:
         return _guard
 
 
-def adopt(pgid: int) -> None:
-    """Makes this process the owner of process group `pgid` (it must be a group of its own)."""
-    guard().adopt(pgid)
+def adopt(pgid: int, lasting: bool = False) -> None:
+    """Makes this process the owner of process group `pgid` (it must be a group of its own).
+    `lasting`: a helper kept across tests (tests/forkserver.py), never swept after the test
+    that happened to start it; it ends with this process."""
+    guard().adopt(pgid, lasting)
 
 
 def mark() -> int:

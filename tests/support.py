@@ -15,7 +15,7 @@ from typing import Any
 
 import websockets
 
-from tests import pace, reaper
+from tests import forkserver, pace, reaper
 
 ROOT = Path(__file__).resolve().parent.parent
 START_BOUND = 60.0  # s without an answer, on a quiet machine, before a start that uses no CPU is hung
@@ -30,6 +30,20 @@ def free_port() -> int:
 
 class PortTaken(RuntimeError):
     """The server could not bind its port: another process has it."""
+
+
+def _spawn_server(args: tuple[str, ...], env: dict[str, str], log_path: Path, preexec_fn: Any) -> Any:
+    """`python server.py`: a fork of one that has loaded its modules already where it can be
+    (tests/forkserver.py; `CHAT_AGENT_TEST_FORK=0` turns that off), else a new process."""
+    if os.environ.get("CHAT_AGENT_TEST_FORK", "1") != "0" and preexec_fn is None:
+        forks = forkserver.forkserver()
+        if forks.fits(env):
+            proc = forks.start(list(args), env, ROOT, log_path)
+            if proc is not None:
+                return proc
+    with open(log_path, "ab") as log:
+        return reaper.spawn([sys.executable, "server.py", *args], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
 
 
 class _CpuProgress:
@@ -88,9 +102,7 @@ class ServerProcess:
         A healthy start that is merely slow (a busy machine) is never failed."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         for attempt in range(3):
-            with open(self.log_path, "ab") as log:
-                self.proc = reaper.spawn([sys.executable, "server.py", *self.args], cwd=ROOT, env=self.env,
-                                         stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
+            self.proc = _spawn_server(self.args, self.env, self.log_path, preexec_fn)
             self._started.append(self.proc)
             try:
                 self._wait_ready(pace.Deadline(timeout or START_BOUND))
