@@ -126,7 +126,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, fake_anthropic: FakeAnthrop
 
 
 # The longest modules (minutes each, most of it waiting on servers they start), run first: with
-# two workers, a long module that starts last keeps one worker busy alone at the end of the
+# several workers, a long module that starts last keeps one worker busy alone at the end of the
 # run. xdist hands out modules in collection order (`--no-loadscope-reorder` in pyproject).
 LONGEST_FIRST = (
     "tests/test_sim.py",
