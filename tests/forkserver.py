@@ -28,6 +28,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -216,22 +217,14 @@ class ForkServer:
         if self._alive:
             return None
         # The forkserver is gone: its children went to init, which reaps them; the status is lost.
-        while _exists(pid):
+        from tests.processes import alive
+
+        while alive(pid):
             if timeout is not None and timeout <= 0:
                 return None
-            threading.Event().wait(0.05)
+            time.sleep(0.05)
             timeout = None if timeout is None else timeout - 0.05
         return -signal.SIGKILL
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _forkserver: ForkServer | None = None

@@ -105,13 +105,14 @@ class _Guard:
 
     def since(self, mark: int) -> list[int]:
         with self.lock:
-            return [pgid for pgid, seq in self.groups.items() if seq > mark or mark < 0]
+            return [pgid for pgid, seq in self.groups.items() if seq > mark]
 
     def close(self) -> None:
         """At exit: end every group still here, then let the watchdog go."""
         if os.getpid() != self.owner:  # a forked child exiting: the groups are not its own
             return
-        left = self.since(-1)
+        with self.lock:
+            left = list(self.groups)  # the lasting ones too
         for pgid in left:
             _signal_group(pgid, signal.SIGTERM)
             _signal_group(pgid, signal.SIGCONT)

@@ -23,7 +23,7 @@ async def test_long_history_is_summarized_between_steps(make_server, fake_anthro
     assert all(u["maxTokens"] == 200_000 and u["tokens"] > 0 for u in updates)
     summary_calls = [r for r in fake_anthropic.requests[before:]
                      if r.body.get("model") == "claude-haiku-test" and "condense" in str(r.body.get("system"))]
-    assert any("message 0" in r.body["messages"][0]["content"] for r in summary_calls), summary_calls
+    assert summary_calls and "message 0" in summary_calls[0].body["messages"][0]["content"]
     last = fake_anthropic.last_main.body["messages"]
     assert "<conversation_summary>" in last[0]["content"][0]["text"]
     assert "message 5" in str(last[-1])
