@@ -19,7 +19,9 @@ class Pending(Generic[T]):
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._waiting[key] = future
         try:
-            return await asyncio.wait_for(future, timeout)
+            # Not wait_for: on 3.11 it drops a cancellation (an abort) that comes with the answer.
+            async with asyncio.timeout(timeout):
+                return await future
         except TimeoutError:
             return timed_out
         finally:

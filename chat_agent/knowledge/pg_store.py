@@ -25,6 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Status
 from chat_agent.knowledge.store import query_words
+from chat_agent.store.pg_pool import borrow
 
 log = logging.getLogger(__name__)
 RESCORED = 100  # candidates of the bit distance that the exact score ranks
@@ -112,7 +113,7 @@ class PostgresKnowledge:
 
     async def _query(self, sql: str, *args: Any) -> list[tuple[Any, ...]]:
         assert self._pool is not None
-        async with self._pool.connection() as conn:
+        async with borrow(self._pool) as conn:
             cursor = await conn.execute(sql, args)  # type: ignore[arg-type]
             return list(await cursor.fetchall()) if cursor.description is not None else []
 
@@ -139,7 +140,7 @@ class PostgresKnowledge:
 
     async def delete_collection(self, owner: str, collection_id: str) -> bool:
         assert self._pool is not None
-        async with self._pool.connection() as conn, conn.transaction():
+        async with borrow(self._pool) as conn, conn.transaction():
             await conn.execute("DELETE FROM knowledge_chunks WHERE owner = %s AND collection_id = %s",
                                (owner, collection_id))
             cursor = await conn.execute("DELETE FROM knowledge_collections WHERE owner = %s AND id = %s",
@@ -166,7 +167,7 @@ class PostgresKnowledge:
 
     async def delete_document(self, owner: str, collection_id: str, document_id: str) -> bool:
         assert self._pool is not None
-        async with self._pool.connection() as conn:
+        async with borrow(self._pool) as conn:
             cursor = await conn.execute(
                 "DELETE FROM knowledge_documents WHERE owner = %s AND collection_id = %s AND id = %s",
                 (owner, collection_id, document_id))
@@ -175,7 +176,7 @@ class PostgresKnowledge:
     async def finish_document(self, owner: str, document_id: str, chunks: Sequence[Chunk],
                               vectors: Sequence[Sequence[float]] | None, pages: int | None, now: float) -> bool:
         assert self._pool is not None
-        async with self._pool.connection() as conn, conn.transaction():
+        async with borrow(self._pool) as conn, conn.transaction():
             cursor = await conn.execute(
                 "SELECT collection_id FROM knowledge_documents WHERE owner = %s AND id = %s FOR UPDATE",
                 (owner, document_id))

@@ -16,6 +16,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.quotas.counters import Hold, Taken, gcra
+from chat_agent.store.pg_pool import borrow
 
 T = TypeVar("T")
 
@@ -138,7 +139,7 @@ class PostgresCounters:
 
     async def _one(self, sql: str, *args: Any) -> Any:
         assert self._pool is not None
-        async with self._pool.connection() as conn:
+        async with borrow(self._pool) as conn:
             cursor = await conn.execute(_postgres(sql), _named(*args))
             row = await cursor.fetchone() if cursor.description is not None else None
         return None if row is None else row[0]
@@ -146,7 +147,7 @@ class PostgresCounters:
     async def take(self, owner: str, name: str, amount: float, rate: int, period: float,
                    clock: Callable[[], float]) -> Taken:
         assert self._pool is not None
-        async with self._pool.connection() as conn, conn.transaction():
+        async with borrow(self._pool) as conn, conn.transaction():
             await self._lock(conn, owner, name)
             row = await (await conn.execute(_postgres(_TAT), _named(owner, name))).fetchone()
             now = clock()
@@ -167,7 +168,7 @@ class PostgresCounters:
 
     async def hold(self, hold: Hold, limit: int, now: float, expires_at: float) -> bool:
         assert self._pool is not None
-        async with self._pool.connection() as conn, conn.transaction():
+        async with borrow(self._pool) as conn, conn.transaction():
             await self._lock(conn, hold.owner, hold.name)
             row = await (await conn.execute(_postgres(_HELD), _named(hold.owner, hold.name, now))).fetchone()
             if row is not None and row[0] >= limit:

@@ -38,8 +38,9 @@ class Forwarder:
         self._waiting[request.id] = answer
         try:
             await self._bus.send(instance, request)
-            return await asyncio.wait_for(answer, timeout)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout):  # not wait_for: 3.11's drops a cancellation that comes with the answer
+                return await answer
+        except TimeoutError:
             raise OwnerUnreachable(instance) from None
         finally:
             self._waiting.pop(request.id, None)

@@ -121,7 +121,8 @@ class ConversationJobs:
         self._closed = True
         if self._submitter is not None:
             try:
-                await asyncio.wait_for(self._operations.join(), CLOSE_WAIT)
+                async with asyncio.timeout(CLOSE_WAIT):
+                    await self._operations.join()
             except TimeoutError:
                 log.warning("%d background job changes were not queued before shutdown", self._operations.qsize())
             self._submitter.cancel()

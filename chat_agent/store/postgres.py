@@ -29,6 +29,7 @@ from chat_agent.store import tree_reads as trees
 from chat_agent.store.base import ConstraintError, Fences, FencedOut, Store, StoreError, StoreUnavailable
 from chat_agent.store.dialect import to_postgres
 from chat_agent.store.ops import Op
+from chat_agent.store.pg_pool import borrow
 from chat_agent.store.pg_schema import CHECK_FENCES, FENCED, migrate
 from chat_agent.store import pg_search_index
 from chat_agent.store.pg_search_index import SearchIndexer
@@ -199,7 +200,7 @@ class PostgresStore(Store):
         if pool is None:
             raise StoreError(f"{self!r} is not open")
         try:
-            async with pool.connection() as conn:
+            async with borrow(pool) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
             if not _unreachable(exc):
