@@ -630,7 +630,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, help="streaming sessions in the throughput runs (100)")
     parser.add_argument("--words", type=int, help="[[long WORDS]] per session in the throughput runs (1000)")
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["burst", "paced"])
-    parser.add_argument("--rounds", type=int, help="throughput rounds per mode; median ratios judged (5)")
+    parser.add_argument("--rounds", type=int, help="throughput rounds per mode; median ratios judged (7)")
     parser.add_argument("--paced-ms", type=float, default=2.0, help="gap between SSE events when paced")
     parser.add_argument("--background", type=int, help="sessions streaming during delivery and aborts (50)")
     parser.add_argument("--watch", type=int, help="conversations followed across instances (10)")
@@ -646,7 +646,7 @@ def main() -> int:
     defaults = (dict(rounds=1, sessions=10, words=200, background=6, watch=2, watch_turns=1, aborts=8, local_aborts=4,
                      concurrency=2)
                 if args.quick else
-                dict(rounds=5, sessions=100, words=1000, background=50, watch=10, watch_turns=2, aborts=40, local_aborts=12,
+                dict(rounds=7, sessions=100, words=1000, background=50, watch=10, watch_turns=2, aborts=40, local_aborts=12,
                      concurrency=4))
     for key, value in defaults.items():
         if getattr(args, key) is None:

@@ -14,7 +14,7 @@ stores every frame before sending it and adds its other frames; throughput is th
 delivered per second, and the benchmark checks both delivered the same text. A turn that
 fails (an `error` frame, a timeout) is counted, printed, and left out of the figures.
 
-Each load runs --rounds times (5), bare and ours alternating which goes first; every round's
+Each load runs --rounds times (7), bare and ours alternating which goes first; every round's
 ratios are printed, and the median of the rounds' ratios is judged: on two cores shared by
 the fake, the server and 50-200 clients, one round's first-text ratio swings from 0.6 to 2
 from one run to the next with no change to either server.
@@ -126,7 +126,7 @@ def main() -> int:
     parser.add_argument("--words", type=int, default=2000)
     parser.add_argument("--modes", type=lambda s: s.split(","), default=["burst", "paced"])
     parser.add_argument("--paced-ms", type=float, default=2.0, help="gap between SSE events when paced")
-    parser.add_argument("--rounds", type=int, default=5, help="runs of each load; their median ratio is judged")
+    parser.add_argument("--rounds", type=int, default=7, help="runs of each load; their median ratio is judged")
     args = parser.parse_args()
     return run(main_async, args, fds=65536)
 
