@@ -16,15 +16,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.store import PostgresStore
 from chat_agent.store.pg_pool import borrow
+from tests.support import polled
 
 ROUNDS = 20
 LOST_ROUNDS = 4  # each waits a second for a task that is not going to end
-
-
-async def _until(check: Callable[[], bool], within: float = 30.0) -> None:
-    async with asyncio.timeout(within):
-        while not check():
-            await asyncio.sleep(0.005)
 
 
 async def _cancelled_as_handed_over(pool: AsyncConnectionPool[Any],
@@ -40,7 +35,7 @@ async def _cancelled_as_handed_over(pool: AsyncConnectionPool[Any],
         await asyncio.sleep(3600)  # the next round of a loop, say
 
     task = asyncio.create_task(reader())
-    await _until(lambda: pool.get_stats().get("requests_waiting", 0) >= 1)
+    await polled(lambda: pool.get_stats().get("requests_waiting", 0) >= 1, 30)
     await pool.putconn(held)
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=patience)
@@ -78,7 +73,7 @@ async def test_a_store_closes_while_its_search_indexer_waits_for_a_connection(pg
         await held.__aenter__()
         pool = store._pool
         assert pool is not None
-        await _until(lambda: pool.get_stats().get("requests_waiting", 0) >= 1)  # the indexer's next round
+        await polled(lambda: pool.get_stats().get("requests_waiting", 0) >= 1, 30)  # the indexer's next round
     except BaseException:
         await store.close()
         raise
