@@ -135,31 +135,36 @@ def _check_socket(report: Report, sock: Sock, stored: Stored) -> None:
     oldest_kept = min(log, default=0)
     if sock.closed_by_server is not None:
         report.closed_by_server += 1
-    done: set[str] = set()
+    done: dict[str, int] = {}  # messageId -> the seq of its `done`
     tool_turn: dict[str, str] = {}
-    # A `resume` may replay what the `session` summed up (PROTOCOL "resume"): order is checked
-    # from the first frame on, holes from the session's seq on.
-    last = 0
+    # A `resume` right after a reconnect may send what the `session` summed up after live frames
+    # the socket already got (docs/protocol.md): each of the two runs must rise on its own, and
+    # no seq comes twice; holes are checked from the session's seq on.
+    summed_up = sock.session.get("seq") or 0
+    last = {True: 0, False: 0}  # the last seq got, of the summed-up run and of the live one
     got: list[int] = []
+    have: set[int] = set()
     for seen in sock.frames:
         frame = seen.frame
+        seq = frame.get("seq")
         message_id = frame.get("messageId") or tool_turn.get(frame.get("toolId", ""))
         if frame["type"] == "tool_start":
             tool_turn[frame["toolId"]] = frame["messageId"]
-        if message_id in done:
-            report.fault("frames_after_done", f"{sock.name}: {frame['type']} seq={frame.get('seq')} of {message_id}")
+        if message_id in done and (seq is None or seq > done[message_id]):
+            report.fault("frames_after_done", f"{sock.name}: {frame['type']} seq={seq} of {message_id}")
         if frame["type"] == "done":
             if frame["messageId"] in done:
-                report.fault("dup_done", f"{sock.name}: done of {frame['messageId']} again at seq {frame.get('seq')}")
-            done.add(frame["messageId"])
-        seq = frame.get("seq")
+                report.fault("dup_done", f"{sock.name}: done of {frame['messageId']} again at seq {seq}")
+            done[frame["messageId"]] = seq if seq is not None else 0
         if seq is None:
             continue
-        if seq <= last:
-            report.fault("seq_twice_or_backwards", f"{sock.name}: seq {seq} after {last}")
+        run = seq <= summed_up
+        if seq in have or seq <= last[run]:
+            report.fault("seq_twice_or_backwards", f"{sock.name}: seq {seq} after {last[run]}")
             continue
-        last = seq
+        last[run] = seq
         got.append(seq)
+        have.add(seq)
         kept = log.get(seq)
         if kept is None:
             if seq >= oldest_kept:
@@ -168,7 +173,6 @@ def _check_socket(report: Report, sock: Sock, stored: Stored) -> None:
             report.fault("streamed_not_stored", f"{sock.name}: seq {seq} was sent as {_short(frame)}, stored as "
                                                 f"{_short(kept[2])}")
     # Holes: a stored frame between two the socket got, or after the last one while it stayed open.
-    have = set(got)
     start = (sock.session.get("seq") or 0) + 1
     end = max(log, default=0) if sock.open_ else max(got, default=0)  # (checked before sockets close)
     missing = [seq for seq in range(start, end + 1) if seq in log and seq not in have]

@@ -105,7 +105,9 @@ class Sock:
     def idle(self) -> bool:
         """Whether, as far as this socket was told, no turn runs: the last frame of a turn it
         got was a `done` (or it got none, and its `session` said none ran)."""
-        last = next((s.frame for s in reversed(self.frames) if "seq" in s.frame and "messageId" in s.frame), None)
+        # (By seq, not arrival: a resume may send what the `session` summed up after live frames.)
+        last = max((s.frame for s in self.frames if "seq" in s.frame and "messageId" in s.frame),
+                   key=lambda f: f["seq"], default=None)
         return last["type"] == "done" if last is not None else not self.session.get("running")
 
     def seq_frames(self) -> list[Frame]:

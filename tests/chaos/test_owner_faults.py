@@ -166,9 +166,11 @@ async def test_resume_and_reconnect_on_an_instance_that_does_not_own_the_convers
     assert report.clean, report.summary()
     again = [f["seq"] for sock, after in resumed for f in sock.seq_frames() if f["seq"] <= after]
     assert not again, f"a resume sent seqs the client had told it it had: {again}"
+    # (Order on each socket is the checker's: a resume may send what the `session` summed up
+    # after live frames, docs/protocol.md.)
     client = [f["seq"] for s in socks if s.name.startswith("r#") and not s.name.startswith("r#after")
               for f in s.seq_frames()]
-    assert client == sorted(set(client)), "a seq twice or out of order across the client's reconnects"
+    assert len(client) == len(set(client)), "a seq twice across the client's reconnects"
     assert len(resumed) >= 3, "the turn ended before the client resumed a few times: nothing was tested"
 
 
