@@ -83,3 +83,26 @@ async def test_an_aborted_call_does_not_wait_for_its_response_to_close():
     await cancel_within(task, 0.3)
     assert not stream.closed, "the abort waited for the response to close"
     await polled(lambda: stream.closed, 10)  # it still closes, in its own time
+
+
+async def test_a_model_call_about_to_start_waits_while_urgent_work_is_under_way():
+    """Sending a request takes a few ms of the event loop too: a call that would start while
+    an abort unwinds waits (bounded), then starts."""
+    urgency = Urgency(longest=30.0)  # only the end of the urgent work lets it go here
+    started: list[bool] = []
+
+    async def call() -> AsyncIterator[TextDelta]:
+        started.append(True)
+        yield TextDelta("hello")
+
+    async def consume() -> list[object]:
+        async with aclosing(watched(call(), every=60, idle=60, urgency=urgency)) as items:
+            return [item async for item in items]
+
+    with urgency.first():
+        task = asyncio.create_task(consume())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not started, "the call started while urgent work was under way"
+    assert [getattr(item, "text", None) for item in await asyncio.wait_for(task, 10)] == ["hello"]
+    assert started

@@ -12,6 +12,7 @@ import asyncio
 import pytest
 
 from chat_agent.store import AppendEvents, CreateConversation, EventRecord, Store, StoreWriter
+from chat_agent.urgency import LONGEST_PAUSE, Urgency
 from tests.stores import Backend
 from tests.test_writer import allow, refuse
 
@@ -127,3 +128,59 @@ async def test_a_scope_the_store_cannot_take_yet_holds_its_later_chunks_back_in_
     assert await seqs(store, "doomed") == list(range(1, 9))
     for cid in BULK[:4]:
         assert await seqs(store, cid) == list(range(1, 8))
+
+
+async def test_bulk_waits_while_urgent_work_is_under_way_and_an_urgent_write_does_not(backend: Backend):
+    """An abort unwinding its turn elsewhere (chat_agent/urgency.py): the writer holds its bulk
+    chunks back (once each, for the longest pause at most), and an urgent write that comes
+    meanwhile is committed at once, not after the pause."""
+    store = backend.new()
+    await store.open()
+    urgency = Urgency(longest=30.0)  # a pause nobody sits out here: only the urgent write ends it
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui"]])
+        loop = asyncio.get_running_loop()
+        told: list[str] = []
+        with urgency.first():
+            stream(writer, told, range(1, 11))  # ~30 chunks of bulk
+            await asyncio.sleep(0.1)
+            held = len(told)
+            started = loop.time()
+            ui: asyncio.Future[None] = loop.create_future()
+            writer.submit([frames("ui", 1)], lambda: ui.set_result(None), urgent=True)
+            await asyncio.wait_for(ui, 20)
+            urgent_took = loop.time() - started
+            at = len(told)
+        await asyncio.wait_for(writer.flush(), 20)
+        # Each chunk is held back once (then goes): while the urgent work lasts, the writer
+        # got through two chunks at most (one before each of its two pauses).
+        assert held <= CHUNK // len(FRAME) and at <= 2 * (CHUNK // len(FRAME)), (held, at)
+        assert urgent_took < 10, f"the urgent write waited {urgent_took:.1f} s: it sat out the bulk's pause"
+        assert len(told) == 120
+        assert await seqs(store, "ui") == [1] and all([await seqs(store, cid) == list(range(1, 11)) for cid in BULK])
+    finally:
+        await writer.close()
+        await store.close()
+
+
+async def test_bulk_is_never_starved_by_urgent_work_that_does_not_end(backend: Backend):
+    store = backend.new()
+    await store.open()
+    urgency = Urgency(longest=0.05)
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in BULK])
+        told: list[str] = []
+        urgency.begin()  # never ended while the bulk commits
+        try:
+            stream(writer, told, range(1, 4))  # ~9 chunks: each held back once, for 50 ms
+            await asyncio.wait_for(writer.flush(), 30)
+        finally:
+            urgency.end()
+        assert len(told) == 36 and all([await seqs(store, cid) == [1, 2, 3] for cid in BULK])
+    finally:
+        await writer.close()
+        await store.close()

@@ -74,6 +74,8 @@ class _Relay:
         urgency = self._urgency
         first = True
         try:
+            if urgency is not None and urgency.pending:
+                await urgency.pause()  # sending a request takes a few ms of the loop too
             async with aclosing(stream) as items:  # type: ignore[type-var]
                 async for item in items:
                     self._items.append(item)

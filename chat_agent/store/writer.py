@@ -58,6 +58,7 @@ from chat_agent.ids import new_id
 from chat_agent.store.ops import (AddArtifactVersion, AppendEvents, AppendHistory, MarkCommit, Op, ReplaceHistory,
                                   op_scope)
 from chat_agent.store.records import EventRecord
+from chat_agent.urgency import Urgency
 
 log = logging.getLogger(__name__)
 
@@ -245,9 +246,14 @@ def _by_scope(ops: Sequence[Op]) -> dict[str, list[Op]]:
 
 
 class StoreWriter:
-    def __init__(self, store: Store, *, retry_delay: float = RETRY_FIRST, attempts: int = 3, chunk: int = CHUNK):
+    def __init__(self, store: Store, *, retry_delay: float = RETRY_FIRST, attempts: int = 3, chunk: int = CHUNK,
+                 urgency: Urgency | None = None):
         self._store = store
         self._chunk = chunk
+        # Bulk chunks wait while urgent work is under way elsewhere (an abort unwinding its
+        # turn): its own commit then meets a loop that is not busy with thousands of rows.
+        self._urgency = urgency
+        self._urgent_came: asyncio.Future[None] | None = None  # ends such a wait: ours to commit
         self._queue: list[_Submission] = []
         self._urgent = False  # urgent submissions were queued since the last look (`_take_urgent`)
         self._round: _Round | None = None  # while the writer commits
@@ -311,6 +317,8 @@ class StoreWriter:
                 self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1,
                                                urgent))
                 self._urgent = self._urgent or urgent
+                if urgent and self._urgent_came is not None and not self._urgent_came.done():
+                    self._urgent_came.set_result(None)
         self._submitted += 1
         if on_commit is not None or done is not None:
             self._ask()
@@ -472,17 +480,32 @@ class StoreWriter:
         light, heavy = _split(batch)
         round_ = self._round = _Round(_chunks(light, self._chunk) + _chunks(heavy, self._chunk))
         self._urgent = True  # the batch's own urgent work goes first
+        paused = False
         try:
             while True:
                 while urgent := self._take_urgent(round_):
                     await self._commit_part(round_, urgent)
                 if not round_.chunks:
                     return round_.waiting
+                if not paused and not self._urgent and self._urgency is not None and self._urgency.pending:
+                    paused = True  # once a chunk: bulk is held up, never starved
+                    await self._let_urgent_go()
+                    continue
+                paused = False
                 await self._commit_part(round_, round_.chunks.pop(0))
                 if round_.chunks:
                     await asyncio.sleep(0)  # the loop takes in what came meanwhile (an abort, say)
         finally:
             self._round = None
+
+    async def _let_urgent_go(self) -> None:
+        """Waits (bounded) while urgent work is under way elsewhere, unless urgent writes come."""
+        assert self._urgency is not None
+        self._urgent_came = asyncio.get_running_loop().create_future()
+        try:
+            await self._urgency.pause(self._urgent_came)
+        finally:
+            self._urgent_came = None
 
     def _take_urgent(self, round_: _Round) -> list[_Submission]:
         """Of each scope with urgent work, what it wrote up to its first urgent submission, in

@@ -7,7 +7,7 @@ import logging
 import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
 from importlib.metadata import version as package_version
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
@@ -27,6 +27,7 @@ from chat_agent.sessions.pg_queue import ProcrastinateQueue
 from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.store import Store, StoreWriter, create_store
 from chat_agent.tooling import ToolRegistry
+from chat_agent.urgency import Urgency
 from chat_agent.web import (agui_routes, aisdk_routes, canvas_routes, conversation_routes, history_routes, http,
                             image_proxy, knowledge_routes, page, tree_routes, upload_routes)
 from chat_agent.web.auth import Authenticator
@@ -34,6 +35,7 @@ from chat_agent.web.errors import EXCEPTION_HANDLERS
 from chat_agent.web.origins import browser_middleware
 from chat_agent.web.backlog import Backlogs
 from chat_agent.web.ws import chat_endpoint
+from chat_agent.web.wsprotocol import URGENCY
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
                                                                  output_chars=settings.tool_output_chars)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         # Each part is closed in the reverse order it was opened, also when a later one fails to start.
         async with AsyncExitStack() as stack:
             the_store = store or create_store(settings.database_url, settings.data_dir)
@@ -58,7 +60,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             stack.push_async_callback(quotas.close)
             auth = Authenticator(settings)
             stack.push_async_callback(auth.close)
-            writer = StoreWriter(the_store)
+            urgency = Urgency()  # what a client waits for goes first: the streams and bulk commits pause
+            writer = StoreWriter(the_store, urgency=urgency)
             writer.start()
             stack.push_async_callback(writer.close)
             the_model = model or (DemoModel() if settings.demo else model_client(settings))
@@ -72,8 +75,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
                 await knowledge.start()
                 stack.push_async_callback(knowledge.close)
             bus = create_bus(settings.instance_id or uuid.uuid4().hex[:16], settings.database_url, settings.redis_url)
-            hub = Hub(settings, the_store, writer, Agent(the_model, tools, settings), TokenCounter(), files, bus=bus,
-                      queue=_job_queue(settings, bus.instance), knowledge=knowledge)
+            hub = Hub(settings, the_store, writer, Agent(the_model, tools, settings, urgency), TokenCounter(), files,
+                      bus=bus, queue=_job_queue(settings, bus.instance), knowledge=knowledge)
             if knowledge is not None:  # before the queue starts: a waiting index job may be due at once
                 hub.jobs.handle(INDEX, knowledge.index)
                 knowledge.use_queue(lambda owner, key: hub.jobs.queue.defer(Job(INDEX, owner, key), 0))
@@ -89,7 +92,7 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
             app.state.backlogs = Backlogs(settings.max_backlog_bytes, settings.max_connection_backlog_bytes)
             log.info("chat-agent ready: instance %s, model %s, tools %s", bus.instance, settings.model,
                      ", ".join(tools.enabled()) or "none")
-            yield
+            yield {URGENCY: urgency}  # (the socket protocol's, to begin an abort's urgency as it is read)
 
     # The socket first: every connection is matched against the routes before it, in order
     # (~30 of them; 9% of a socket's opening CPU). Its path is no other route's.

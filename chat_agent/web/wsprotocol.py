@@ -14,23 +14,51 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from chat_agent.urgency import LONGEST_PAUSE, Urgency
+
+URGENCY = "urgency"  # the app's Urgency, in the lifespan's state (which uvicorn hands each protocol)
+ABORT_GLANCE = 256  # characters: frames longer than this are not looked at
+
+
+def _is_abort(item: Any) -> bool:
+    # A glance, not a parse: an `abort` frame is a few bytes; a message that merely says
+    # "abort" holds the streams up only until it is read.
+    text = item.get("text") if isinstance(item, dict) else None
+    return text is not None and len(text) <= ABORT_GLANCE and '"abort"' in text
+
 
 class _Inbox:
     """What uvicorn uses of asyncio.Queue (`put_nowait`, `get`, `empty`), for its one reader
-    (the app's `receive`), holding nothing while empty."""
+    (the app's `receive`), holding nothing while empty.
 
-    __slots__ = ("_items", "_waiter")
+    An `abort` counts as urgent work (chat_agent/urgency.py) from the moment it is read off
+    the network: the socket's task that acts on it runs one pass of a busy event loop later,
+    behind every stream that is ready, unless they pause meanwhile. The hold ends when the
+    frame is taken (the hub then holds its own), or after LONGEST_PAUSE if it never is."""
 
-    def __init__(self) -> None:
+    __slots__ = ("_items", "_waiter", "_urgency", "_held")
+
+    def __init__(self, urgency: Urgency | None = None) -> None:
         self._items: deque[Any] | None = None
         self._waiter: asyncio.Future[None] | None = None
+        self._urgency = urgency
+        self._held: asyncio.TimerHandle | None = None  # ends the hold if the frame is never taken
 
     def put_nowait(self, item: Any) -> None:
         if self._items is None:
             self._items = deque()
         self._items.append(item)
+        if self._urgency is not None and self._held is None and _is_abort(item):
+            self._urgency.begin()
+            self._held = asyncio.get_running_loop().call_later(LONGEST_PAUSE, self._release)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self._held.cancel()
+            self._held = None
+            self._urgency.end()  # type: ignore[union-attr]
 
     def empty(self) -> bool:
         return not self._items
@@ -45,6 +73,8 @@ class _Inbox:
         item = self._items.popleft()
         if not self._items:
             self._items = None
+        if self._held is not None and _is_abort(item):
+            self._release()
         return item
 
 
@@ -87,7 +117,7 @@ class LeanWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.queue = _Inbox()  # type: ignore[assignment]
+        self.queue = _Inbox(self.app_state.get(URGENCY))  # type: ignore[assignment]
         self.writable = _Gate()  # type: ignore[assignment]
 
     def start_keepalive(self) -> None:  # called once the handshake response went out

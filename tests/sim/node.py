@@ -26,6 +26,7 @@ from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.queue import LocalQueue
 from chat_agent.store import StoreWriter
 from chat_agent.tooling import ToolRegistry
+from chat_agent.urgency import Urgency
 from chat_agent.web.auth import Authenticator
 from chat_agent.web.backlog import Backlogs
 from chat_agent.web.ws import chat_endpoint
@@ -77,7 +78,8 @@ class Node:
         sim = self.sim
         settings = Settings(instance_id=self.name, **SETTINGS)  # type: ignore[arg-type]
         store = SimStore(sim, self.name, sim.db, random.Random(f"store:{self.name}:{sim.seed}"))
-        writer = StoreWriter(store)
+        urgency = Urgency()  # shared by the writer and the agent, as the app composes them
+        writer = StoreWriter(store, urgency=urgency)
         went = writer._went
 
         def noted(*, available: bool) -> None:
@@ -93,7 +95,8 @@ class Node:
         tools = ToolRegistry(default_timeout=settings.tool_timeout, output_chars=settings.tool_output_chars)
         tools.add(lookup_tool())
         tools.add(record_tool())
-        agent = Agent(SimModel(sim, random.Random(f"model:{self.name}:{sim.seed}")), tools, settings)
+        agent = Agent(SimModel(sim, random.Random(f"model:{self.name}:{sim.seed}")), tools, settings,
+                      urgency)
         files = Files(store, writer, LocalBlobs(settings.data_dir), max_bytes=settings.upload_max_bytes)
         bus = SimBus(self.name, sim.network, self.loop)
         hub = Hub(settings, store, writer, agent, sim.counter, files, bus=bus, queue=LocalQueue())
