@@ -142,7 +142,6 @@ def _check_socket(report: Report, sock: Sock, stored: Stored) -> None:
     # no seq comes twice; holes are checked from the session's seq on.
     summed_up = sock.session.get("seq") or 0
     last = {True: 0, False: 0}  # the last seq got, of the summed-up run and of the live one
-    got: list[int] = []
     have: set[int] = set()
     for seen in sock.frames:
         frame = seen.frame
@@ -163,7 +162,6 @@ def _check_socket(report: Report, sock: Sock, stored: Stored) -> None:
             report.fault("seq_twice_or_backwards", f"{sock.name}: seq {seq} after {last[run]}")
             continue
         last[run] = seq
-        got.append(seq)
         have.add(seq)
         kept = log.get(seq)
         if kept is None:
@@ -173,13 +171,12 @@ def _check_socket(report: Report, sock: Sock, stored: Stored) -> None:
             report.fault("streamed_not_stored", f"{sock.name}: seq {seq} was sent as {_short(frame)}, stored as "
                                                 f"{_short(kept[2])}")
     # Holes: a stored frame between two the socket got, or after the last one while it stayed open.
-    start = (sock.session.get("seq") or 0) + 1
-    end = max(log, default=0) if sock.open_ else max(got, default=0)  # (checked before sockets close)
-    missing = [seq for seq in range(start, end + 1) if seq in log and seq not in have]
+    end = max(log, default=0) if sock.open_ else max(have, default=0)  # (checked before sockets close)
+    missing = [seq for seq in range(summed_up + 1, end + 1) if seq in log and seq not in have]
     if missing:
         report.undelivered += len(missing)
         report.details.append(f"undelivered: {sock.name} ({'open' if sock.closed_by_server is None else 'closed'}) "
-                              f"never got {_ranges(missing)} of {cid[:8]} (last got {max(got, default=0)})")
+                              f"never got {_ranges(missing)} of {cid[:8]} (last got {max(have, default=0)})")
     _check_replies(report, sock, stored)
 
 
