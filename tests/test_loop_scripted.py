@@ -201,6 +201,61 @@ async def test_stopping_while_a_tool_runs_answers_every_call(db, conv, how):
     await drive(agent, conv, ask(agent, conv, "Never mind"))
     assert block_types(agent.model.requests[1].messages[-1]) == ["tool_result", "tool_result", "text", "text"]
     assert_requests_valid(agent.model)
+
+
+def sleeping_tool(running: dict[str, asyncio.Event]):
+    @tool
+    async def sleep_on(label: str) -> str:
+        """Sleeps until cancelled."""
+        running.setdefault(label, asyncio.Event()).set()
+        await asyncio.sleep(60)
+        return "woke"
+
+    return sleep_on
+
+
+@pytest.mark.parametrize("tools_first", [False, True])
+async def test_an_abort_that_cancels_the_tools_first_ends_the_turn_a_turn_of_the_loop_sooner(conv, tools_first):
+    """`Turn.tool_tasks.cancel()` before the turn's own task (what `RunningTurn.abort` does):
+    the tools unwind in the same turn of the event loop as the turn, ahead of it, instead of
+    one turn after it saw its cancellation, and the turn does not wait another turn for them.
+    Under load each turn of the loop is tens of ms of a tool's abort."""
+    running: dict[str, asyncio.Event] = {}
+    agent = make_agent([tool_reply(call("t1", "sleep_on", label="a"), call("t2", "sleep_on", label="b"))],
+                       sleeping_tool(running))
+    turn = ask(agent, conv, "Sleep twice")
+
+    async def consume() -> None:
+        async with aclosing(run_turn(agent, conv, turn)) as events:
+            async for _ in events:
+                pass
+
+    task = asyncio.create_task(consume())
+    for name in ("a", "b"):
+        await asyncio.wait_for(running.setdefault(name, asyncio.Event()).wait(), 2)
+    loop, passes, ended = asyncio.get_running_loop(), [0], []
+
+    def tick() -> None:  # one call per turn of the loop, until the turn's task has ended
+        passes[0] += 1
+        if not task.done():
+            loop.call_soon(tick)
+        elif not ended:
+            ended.append(passes[0])
+
+    if tools_first:
+        turn.tool_tasks.cancel()
+    loop.call_soon(tick)
+    await cancel_within(task, 1.0)  # cancels the turn's task now
+    while not ended:
+        await asyncio.sleep(0)
+    # Cancelled first, the tools end in the turn of the loop after the abort's, and the turn
+    # right behind them; through the turn alone they unwind a turn later, and the turn waits
+    # two more to see them end (`tick` sees the task ended one turn after it did).
+    assert ended == ([2] if tools_first else [5])
+    assert conv.messages[-1]["content"][:2] == [
+        {"type": "tool_result", "tool_use_id": "t1", "content": CANCELLED_RESULT, "is_error": True},
+        {"type": "tool_result", "tool_use_id": "t2", "content": CANCELLED_RESULT, "is_error": True}]
+    assert_valid(conv.messages)
     assert_valid(conv.messages)
 
 

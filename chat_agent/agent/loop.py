@@ -19,6 +19,7 @@ from chat_agent.agent.approval import ApprovalGate
 from chat_agent.agent.client_calls import WAITING as CLIENT_WAITING
 from chat_agent.agent.client_calls import ClientCalls
 from chat_agent.agent.review import ReviewPolicy
+from chat_agent.agent.tool_tasks import ToolTasks
 from chat_agent.agent.events import (ApprovalRequested, ArtifactChanged, ArtifactDelta, Cited, ContextChanged, Event,
                                      ToolEnded, ToolProgressed, ToolStarted, TurnFailed, TurnFinished)
 from chat_agent.model import CitationDelta, LLMError, ModelClient, ModelReply, ModelRequest, TextDelta, ToolInputDelta
@@ -86,6 +87,7 @@ class Turn:
     approvals: ApprovalGate = field(default_factory=ApprovalGate)  # calls that wait for the user
     client_calls: ClientCalls = field(default_factory=ClientCalls)  # tools the client runs (their schemas in `tools`)
     review: ReviewPolicy | None = None  # how what the turn makes is reviewed (`critic`); None: it is not
+    tool_tasks: ToolTasks = field(default_factory=ToolTasks)  # its tool calls' tasks, which an abort cancels first
 
 
 @dataclass(slots=True)
@@ -292,7 +294,7 @@ async def _run_tools(agent: Agent, conv: ConversationManager, turn: Turn, calls:
     try:
         for call in calls if announce else ():
             yield ToolStarted(call["id"], call["name"], call["input"])
-        tasks = [asyncio.create_task(run(call), name=f"tool:{call['name']}") for call in calls]
+        tasks = [turn.tool_tasks.start(run(call), f"tool:{call['name']}") for call in calls]
         remaining = len(calls)
         while remaining:
             event = await events.get()
@@ -326,6 +328,8 @@ async def _consent(turn: Turn, call: dict[str, Any], emit: Callable[[Event], Non
 async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     for task in tasks:
         task.cancel()
+    if all(task.done() for task in tasks):
+        return  # an abort cancelled them first (`ToolTasks`): they ended ahead of this step
     # Tools get a moment to kill what they started; abort must still end within a second.
     await asyncio.wait(tasks, timeout=0.5)
 

@@ -252,6 +252,8 @@ class RunningTurn:
         """Stops the turn and returns once its `done` is published."""
         task = self._task
         if task is not None and not task.done():
+            if self._turn is not None:
+                self._turn.tool_tasks.cancel()  # first: they unwind ahead of the turn (agent/tool_tasks.py)
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
