@@ -223,6 +223,11 @@ class Settings(BaseSettings):
         None, "`sqlite:///path/to/file.db`, or PostgreSQL: `postgresql://user:password@host:5432/dbname` (libpq's "
         "URL; `postgres://` too; `?options=-csearch_path%3Dname` keeps the tables in schema `name`). The schema is "
         "created or migrated at start-up, once however many instances start together", shown="SQLite in the data dir")
+    database_pool_size: Annotated[int, Field(ge=2)] = setting(
+        10, "PostgreSQL: the most connections the store's pool opens (one of them the writer's); the job queue's, "
+        "the knowledge bases' and the quotas' pools open at most 4 each, or this many if fewer, and the job queue and the "
+        "bus 4 more in all. PostgreSQL refuses connections past its `max_connections` (100 by default): keep "
+        "instances × (this + 16) under it", shown="10")
     log_level: Annotated[str, AfterValidator(_log_level)] = setting("INFO", "`DEBUG`, `INFO`, `WARNING`…")
     demo: Flag = setting(False, "`1`: the offline demo model (as `server.py --demo`), only while no "
                          "`ANTHROPIC_API_KEY` is set: with a key, only `--demo` switches to it", shown="off")

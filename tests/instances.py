@@ -50,8 +50,17 @@ def s3_env(moto) -> dict[str, str]:
     return {**moto.env, "CHAT_AGENT_S3_BUCKET": bucket, "CHAT_AGENT_S3_ENDPOINT_URL": moto.endpoint_url}
 
 
+# Connections each instance's pools open at most (CHAT_AGENT_DATABASE_POOL_SIZE): with the
+# default, three or four instances of one test, and another worker's at the same time, could
+# open more than PostgreSQL's 100 on a busy machine, where pools grow to their limit.
+POOL_SIZE = 3
+
+
 def _instances(bus: str, make_server, tmp_path, pg_url, s3_env):
-    env = {"CHAT_AGENT_DATABASE_URL": pg_url, **s3_env}
+    # Named, so that a test can count their connections (pg_stat_activity.application_name).
+    name = f"chat-agent-{uuid.uuid4().hex[:8]}"
+    env = {"CHAT_AGENT_DATABASE_URL": f"{pg_url}&application_name={name}",
+           "CHAT_AGENT_DATABASE_POOL_SIZE": str(POOL_SIZE), **s3_env}
     if bus == "redis":
         env["CHAT_AGENT_REDIS_URL"] = redis_or_skip()
 
@@ -59,6 +68,7 @@ def _instances(bus: str, make_server, tmp_path, pg_url, s3_env):
         return [make_server(tmp_path / f"data-{uuid.uuid4().hex[:6]}", **env, **more) for _ in range(n)]
 
     start.url = pg_url  # type: ignore[attr-defined]
+    start.application_name = name  # type: ignore[attr-defined]
     start.env = env  # type: ignore[attr-defined]
     return start
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests import pace, pg
 from tests.fakes.anthropic_fake import Reply
-from tests.instances import instances, instances_any_bus, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
+from tests.instances import POOL_SIZE, instances, instances_any_bus, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
 from tests.support import ServerProcess, connect, recv, send, text_of, until
 
 
@@ -220,6 +220,11 @@ async def _turn(server, cid: str, content: str) -> tuple[dict, list[dict]]:
         await ws.close()
 
 
+def _connections(application_name: str) -> int:
+    return pg.query(pg.server_url(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                    (application_name,))[0][0]
+
+
 async def test_twenty_conversations_round_robin_over_three_instances(instances, fake_anthropic):
     servers = instances(3)
     cids = []
@@ -227,6 +232,15 @@ async def test_twenty_conversations_round_robin_over_three_instances(instances, 
         cids.append(stored_conversation(servers[n % 3]))
     fake_anthropic.responder = lambda request: Reply("reply to " + _last_user_text(request), chunk_size=4)
     seen: dict[str, list[tuple[dict, list[dict]]]] = {cid: [] for cid in cids}
+    peak = 0
+
+    async def count_connections() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, await asyncio.to_thread(_connections, instances.application_name))
+            await asyncio.sleep(0.05)
+
+    counting = asyncio.create_task(count_connections())
     try:
         for round_ in range(3):
             results = await asyncio.gather(*(_turn(servers[(n + round_) % 3], cid, f"q{round_} of {cid[:6]}")
@@ -235,6 +249,11 @@ async def test_twenty_conversations_round_robin_over_three_instances(instances, 
                 seen[cid].append(result)
     finally:
         fake_anthropic.responder = None
+        counting.cancel()
+    # CHAT_AGENT_DATABASE_POOL_SIZE bounds each instance: the store's pool, the job queue's and
+    # the knowledge bases' (at most that many each; no quotas here), and four connections of
+    # their own: the job queue's LISTEN, the bus's LISTEN and its two senders.
+    assert 0 < peak <= 3 * (3 * POOL_SIZE + 4), peak
     for cid in cids:
         last_done = 0
         for session, frames in seen[cid]:

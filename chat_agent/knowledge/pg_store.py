@@ -25,7 +25,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.knowledge.records import Chunk, Collection, Document, Hit, Status
 from chat_agent.knowledge.store import query_words
-from chat_agent.store.pg_pool import borrow
+from chat_agent.store.pg_pool import SIDE_POOL, borrow
 
 log = logging.getLogger(__name__)
 RESCORED = 100  # candidates of the bit distance that the exact score ranks
@@ -54,14 +54,15 @@ def _pgvec_table(dimensions: int) -> str:
 class PostgresKnowledge:
     kind = "postgresql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = SIDE_POOL) -> None:
         self.url = url
+        self._pool_size = pool_size
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
         self.pgvector = False  # vectors in pgvector's tables, not in the REAL[] column
         self._pgvec_tables: set[str] = set()  # the ones known to exist
 
     async def start(self) -> None:
-        self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False,
+        self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self._pool_size, open=False,
                                          kwargs={"autocommit": True}, name="chat-agent-knowledge")
         await self._pool.open(wait=True, timeout=30)
         self.pgvector = await self._find_pgvector()

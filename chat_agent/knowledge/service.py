@@ -31,6 +31,7 @@ from chat_agent.knowledge.embeddings import Embedder, EmbeddingError
 from chat_agent.knowledge.records import Collection, Document, Hit, KnowledgeError
 from chat_agent.knowledge.store import KnowledgeStore, query_words
 from chat_agent.store import Store
+from chat_agent.store.pg_pool import side_pool_size
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ def create_knowledge(settings: Settings, store: Store, files: Files) -> Knowledg
         embedder = Embedder(settings.embeddings_model, base, settings.embeddings_api_key or settings.openai_api_key)
     if store.kind == "postgresql":
         from chat_agent.knowledge.pg_store import PostgresKnowledge
-        backend: KnowledgeStore = PostgresKnowledge(store.url)  # type: ignore[attr-defined]
+        backend: KnowledgeStore = PostgresKnowledge(store.url, side_pool_size(store.pool_size))  # type: ignore[attr-defined]
     else:
         path = getattr(store, "path", None)
         if store.kind != "sqlite" or path is None or str(path) == ":memory:":

@@ -6,6 +6,7 @@ from chat_agent.config import Settings
 from chat_agent.quotas.counters import Counters, MemoryCounters
 from chat_agent.quotas.quotas import QuotaExceeded, Quotas, SocketHold
 from chat_agent.store import Store
+from chat_agent.store.pg_pool import side_pool_size
 
 __all__ = ["QuotaExceeded", "Quotas", "SocketHold", "create_quotas"]
 
@@ -25,7 +26,7 @@ def _counters(settings: Settings, store: Store) -> Counters:
     path = getattr(store, "path", None)
     if store.kind == "postgresql":
         from chat_agent.quotas.sql import PostgresCounters
-        return PostgresCounters(store.url)  # type: ignore[attr-defined]
+        return PostgresCounters(store.url, side_pool_size(store.pool_size))  # type: ignore[attr-defined]
     if store.kind == "sqlite" and path is not None and str(path) != ":memory:":
         from chat_agent.quotas.sql import SqliteCounters
         return SqliteCounters(path)

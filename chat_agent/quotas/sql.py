@@ -16,7 +16,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from chat_agent.quotas.counters import Hold, Taken, gcra
-from chat_agent.store.pg_pool import borrow
+from chat_agent.store.pg_pool import SIDE_POOL, borrow
 
 T = TypeVar("T")
 
@@ -123,12 +123,13 @@ class SqliteCounters:
 class PostgresCounters:
     kind = "postgresql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, pool_size: int = SIDE_POOL) -> None:
         self.url = url
+        self._pool_size = pool_size
         self._pool: AsyncConnectionPool[AsyncConnection[Any]] | None = None
 
     async def start(self) -> None:
-        self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=4, open=False,
+        self._pool = AsyncConnectionPool(self.url, min_size=1, max_size=self._pool_size, open=False,
                                          kwargs={"autocommit": True}, name="chat-agent-quotas")
         await self._pool.open(wait=True, timeout=30)
 

@@ -33,6 +33,7 @@ from procrastinate.jobs import Job as ProcrastinateJob
 from procrastinate.schema import SchemaManager
 
 from chat_agent.sessions.queue import Job, RunJob, conversation_prefix
+from chat_agent.store.pg_pool import SIDE_POOL
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +75,12 @@ class ProcrastinateQueue:
     kind = "postgresql"
 
     def __init__(self, url: str, *, instance: str = "chat-agent", poll: float = POLL, grace: float = GRACE,
-                 stalled: float = STALLED, heartbeat: float = HEARTBEAT) -> None:
+                 stalled: float = STALLED, heartbeat: float = HEARTBEAT, pool_size: int = SIDE_POOL) -> None:
         self._url = url
         self._instance = instance
         self._poll, self._grace, self._stalled, self._heartbeat = poll, grace, stalled, heartbeat
         self._app = procrastinate.App(connector=procrastinate.PsycopgConnector(
-            conninfo=url, min_size=1, max_size=4, name="chat-agent-jobs"))
+            conninfo=url, min_size=1, max_size=pool_size, name="chat-agent-jobs"))
         self._task = self._app.task(name=TASK, queue=QUEUE, retry=_AgainWhenStopped())(self._job)
         self._run: RunJob | None = None
         self._tasks: list[asyncio.Task[None]] = []

@@ -131,7 +131,7 @@ DEFAULT_FILENAME = "chat-agent.db"
 _SQLITE_PREFIX = "sqlite:///"
 
 
-def create_store(database_url: str | None, data_dir: Path) -> Store:
+def create_store(database_url: str | None, data_dir: Path, *, pool_size: int = 10) -> Store:
     """The store a `CHAT_AGENT_DATABASE_URL` names; not yet opened.
 
     None or empty: `data_dir / "chat-agent.db"`. `sqlite:///rel/path.db` is relative to
@@ -144,7 +144,7 @@ def create_store(database_url: str | None, data_dir: Path) -> Store:
         return SqliteStore(Path(data_dir) / DEFAULT_FILENAME)
     scheme = url.partition(":")[0].lower()
     if scheme in ("postgresql", "postgres") and url[len(scheme) :].startswith("://"):
-        return PostgresStore(url)
+        return PostgresStore(url, min_size=min(2, pool_size), max_size=pool_size)
     if not url.startswith(_SQLITE_PREFIX) or len(url) == len(_SQLITE_PREFIX):
         raise ValueError(
             f"unsupported database URL {redact(url)!r}: expected sqlite:///path/to/file.db "

@@ -31,3 +31,12 @@ async def borrow(pool: AsyncConnectionPool[C], timeout: float | None = None) -> 
         if task is not None and task.cancelling() > requested:
             raise asyncio.CancelledError  # the connection goes back to the pool on the way out
         yield conn
+
+
+SIDE_POOL = 4  # connections of a part's own pool at most (job queue, knowledge bases, quotas)
+
+
+def side_pool_size(pool_size: int) -> int:
+    """The size of a part's own pool beside a store pool of `pool_size`
+    (CHAT_AGENT_DATABASE_POOL_SIZE): a small store pool makes them small too."""
+    return min(SIDE_POOL, pool_size)

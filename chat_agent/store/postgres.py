@@ -143,6 +143,7 @@ class PostgresStore(Store):
     def __init__(self, url: str, *, min_size: int = 2, max_size: int = 10,
                  index_every: float = pg_search_index.INTERVAL) -> None:
         self.url = url
+        self.pool_size = max_size  # the other parts' pools keep to it too (pg_pool.side_pool_size)
         self._index_every = index_every  # seconds between the search indexer's rounds
         self._min_size, self._max_size = max(1, min_size - 1), max(1, max_size - 1)
         self._pool: AsyncConnectionPool[_Connection] | None = None

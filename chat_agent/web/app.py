@@ -26,6 +26,7 @@ from chat_agent.sessions.hub import Hub
 from chat_agent.sessions.pg_queue import ProcrastinateQueue
 from chat_agent.sessions.queue import Job, JobQueue, LocalQueue
 from chat_agent.store import Store, StoreWriter, create_store
+from chat_agent.store.pg_pool import side_pool_size
 from chat_agent.tooling import ToolRegistry
 from chat_agent.urgency import Urgency
 from chat_agent.web import (agui_routes, aisdk_routes, canvas_routes, conversation_routes, history_routes, http,
@@ -52,7 +53,8 @@ def create_app(settings: Settings | None = None, *, registry: ToolRegistry | Non
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         # Each part is closed in the reverse order it was opened, also when a later one fails to start.
         async with AsyncExitStack() as stack:
-            the_store = store or create_store(settings.database_url, settings.data_dir)
+            the_store = store or create_store(settings.database_url, settings.data_dir,
+                                                      pool_size=settings.database_pool_size)
             await the_store.open()
             stack.push_async_callback(the_store.close)
             quotas = create_quotas(settings, the_store)
@@ -112,7 +114,8 @@ def _job_queue(settings: Settings, instance: str) -> JobQueue:
     """Background jobs wait in PostgreSQL where instances share it (each due job runs once,
     on any of them), else in this process."""
     if _on_postgres(settings):
-        return ProcrastinateQueue(settings.database_url or "", instance=instance)
+        return ProcrastinateQueue(settings.database_url or "", instance=instance,
+                                  pool_size=side_pool_size(settings.database_pool_size))
     return LocalQueue()
 
 
