@@ -130,6 +130,30 @@ async def test_a_closed_call_with_unfinished_json_is_invalid(fake_anthropic):
     await model.close()
 
 
+async def test_a_call_cut_by_the_output_limit_keeps_the_input_written_so_far(fake_anthropic):
+    # Its JSON is parsed once the stream ends, in the SDK's partial mode, as the SDK would
+    # have parsed it piece by piece: what was written of the input, no more.
+    model = client(fake_anthropic)
+    fake_anthropic.enqueue(Reply([Text("Writing."), ToolUse("web_search", raw_json='{"query": "paris", "num_res')],
+                                 cut=True, chunk_size=3))
+    reply = (await collect(model))[-1]
+    assert reply.stop_reason == "max_tokens"
+    text, call = reply.content
+    assert text == {"type": "text", "text": "Writing."}
+    assert call["input"] == {"query": "paris"} and reply.invalid_calls == {}
+    await model.close()
+
+
+async def test_a_long_tool_input_in_small_pieces_arrives_whole(fake_anthropic):
+    model = client(fake_anthropic)
+    content = "line with \"quotes\", ünïcödé and \\ backslashes\n" * 2000
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", {"query": content})]))  # pieces of 1-16 characters
+    items = await collect(model)
+    assert items[-1].content[0]["input"] == {"query": content}
+    assert sum(isinstance(i, ToolInputDelta) for i in items) > 5000
+    await model.close()
+
+
 async def test_refusal_detail_comes_from_stop_details(fake_anthropic):
     model = client(fake_anthropic)
     details = {"type": "refusal", "category": "cyber", "explanation": "This request was refused due to policy."}

@@ -6,11 +6,16 @@ which would end the whole stream: that one block's JSON is then kept here instea
 reply reports the call as invalid so the loop can tell the model rather than fail the turn.
 
 Events come as the API's JSON (the SDK's stream with `object` as its type: no model built
-per event). Text and thinking deltas, nearly every event of a reply, are read from it
-directly and added to the SDK's snapshot in one piece before the next other event reaches
-`accumulate_event`, which builds its typed event from the rest itself: building one model
-object per delta, and growing the snapshot's text one delta at a time, cost more CPU than
-all the rest of a relayed frame's way (issue 23's profile: a fifth of the server's).
+per event), and what the stream tells as it goes (deltas, tool calls, citations) is read
+from it. The message is built once the stream has ended, when it is first read: the other
+events go to `accumulate_event` then, in their order, each block's text and thinking added
+in one piece before the next of them, and each tool call's input parsed once from its whole
+JSON, in the SDK's partial mode (a call cut off by the output limit keeps what was written).
+Building one model object per delta, and growing the text one delta at a time, cost more
+CPU than all the rest of a relayed frame's way (issue 23's profile: a fifth of the
+server's); a typed event and a parse of the JSON so far per piece of a tool call's input
+(~20 µs each) made a 100 KB artifact cost 0.3 s of the event loop; and the typed
+`message_start` (~0.1 ms) came between every turn's request and its first text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 from typing import Any
 
 from anthropic.lib.streaming._messages import accumulate_event  # the SDK's accumulator (SDK >= 2.0)
+from jiter import from_json  # the SDK's own JSON parser, in its partial mode
 
 from chat_agent.model.citing import MarkerScanner
 from chat_agent.model.types import ModelReply, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
@@ -76,23 +82,28 @@ def reply_of(message: Any, invalid: dict[str, str] | None = None) -> ModelReply:
                       stop_detail=refusal_detail(message))
 
 
+_NONE: dict[int, list[str]] = {}  # no text before an event (shared, never written to)
+
+
 class ReplyAccumulator:
     """Feed it the stream's events (the API's JSON) in order; it returns the deltas to yield
-    for each."""
+    for each. `reply` builds the message."""
 
     def __init__(self, request_messages: list[dict[str, Any]] | None = None) -> None:
-        self.message: Any = None  # the SDK's snapshot of the message so far (see `_settle`)
+        self.message: Any = None  # the SDK's snapshot of the message, built by `reply`
+        self._started = False  # message_start came
         # Numbers the search results the request holds, for the citations of them.
         self._cited = MarkerScanner(request_messages or [])
         # A cited block's citations come before its text: told once the block is written, so
         # that they belong to the text streamed so far, as a client shows them.
         self._citing: dict[int, list[StreamItem]] = {}
-        self._bufs: dict[int, bytes] = {}  # the SDK's own partial-JSON buffers
         self._tools: dict[int, tuple[str, str]] = {}  # block index -> (id, name) of each tool_use
         self._raw: dict[int, list[str]] = {}  # block index -> the JSON pieces as written
-        self._broken: set[int] = set()  # blocks whose JSON the SDK could not parse
-        # Text and thinking streamed since the snapshot last took them: block index -> pieces.
+        self._broken: set[int] = set()  # blocks whose JSON the SDK could not parse (or was not whole)
+        # Text and thinking streamed since the last other event: block index -> pieces.
         self._pending: dict[int, list[str]] = {}
+        # For `accumulate_event` at the end: each other event, after the text streamed before it.
+        self._events: list[tuple[dict[int, list[str]], dict[str, Any]]] = []
 
     def feed(self, event: dict[str, Any]) -> list[StreamItem]:
         kind = event.get("type")
@@ -104,9 +115,10 @@ class ReplyAccumulator:
                 return self._streamed(event["index"], delta["thinking"], ThinkingDelta)
             if delta["type"] == "input_json_delta":
                 return self._tool_input(event)
-        if self.message is None and kind != "message_start":
+        if not self._started and kind != "message_start":
             return []  # pings and the like before the message starts, as the SDK skips them
-        self._accumulate(event)
+        self._started = True
+        self._keep(event)
         if kind == "content_block_start" and event["content_block"]["type"] == "tool_use":
             block = event["content_block"]
             self._tools[event["index"]] = (block["id"], block["name"])
@@ -124,39 +136,23 @@ class ReplyAccumulator:
         return []
 
     def _streamed(self, index: int, piece: str, item: type[TextDelta] | type[ThinkingDelta]) -> list[StreamItem]:
-        if self.message is None:
+        if not self._started:
             return []
         self._pending.setdefault(index, []).append(piece)
         return [item(scrub(piece))]
 
-    def _settle(self) -> None:
-        """Adds the text and thinking streamed since to the snapshot, as `accumulate_event`
-        would have, one delta at a time."""
-        for index, pieces in self._pending.items():
-            block = self.message.content[index]
-            if block.type == "text":
-                block.text += "".join(pieces)
-            elif block.type == "thinking":
-                block.thinking += "".join(pieces)
-        self._pending.clear()
-
-    def _accumulate(self, event: dict[str, Any]) -> None:
-        if self._pending:
-            self._settle()
-        self.message = accumulate_event(event=event, current_snapshot=self.message,  # type: ignore[arg-type]
-                                        json_bufs=self._bufs)
+    def _keep(self, event: dict[str, Any]) -> None:
+        pending = self._pending
+        if pending:
+            self._pending = {}
+        self._events.append((pending or _NONE, event))
 
     def _tool_input(self, event: dict[str, Any]) -> list[StreamItem]:
         index, piece = event["index"], event["delta"]["partial_json"]
         if index in self._raw:
-            self._raw[index].append(piece)
-        if self.message is not None and index not in self._broken:
-            try:
-                self._accumulate(event)
-            except ValueError:
-                # Later pieces must not reach the SDK either: appended to its buffer without
-                # the rejected piece, they could parse into an input the model never wrote.
-                self._broken.add(index)
+            self._raw[index].append(piece)  # a tool_use's input: parsed once, by `_build`
+        elif self._started:
+            self._keep(event)  # another kind of block's (a server tool's): the SDK's to read
         if not piece or index not in self._tools:
             return []
         tool_id, name = self._tools[index]
@@ -173,9 +169,51 @@ class ReplyAccumulator:
         except ValueError:
             self._broken.add(index)
 
+    def _build(self) -> None:
+        """The SDK's snapshot, from the events kept: text and thinking added in one piece
+        before each other event, as `accumulate_event` would have, one delta at a time."""
+        bufs: dict[int, bytes] = {}  # the SDK's own partial-JSON buffers
+        unparsable: set[int] = set()
+        message = None
+        for pending, event in [*self._events, (self._pending, None)]:
+            for index, pieces in pending.items():
+                block = message.content[index]
+                if block.type == "text":
+                    block.text += "".join(pieces)
+                elif block.type == "thinking":
+                    block.thinking += "".join(pieces)
+            if event is None:
+                break
+            if event["type"] == "content_block_delta" and event["delta"]["type"] == "input_json_delta":
+                if event["index"] in unparsable:
+                    continue
+                try:
+                    message = accumulate_event(event=event, current_snapshot=message,  # type: ignore[arg-type]
+                                               json_bufs=bufs)
+                except ValueError:
+                    # Later pieces must not reach the SDK either: appended to its buffer without
+                    # the rejected piece, they could parse into an input the model never wrote.
+                    unparsable.add(event["index"])
+                continue
+            message = accumulate_event(event=event, current_snapshot=message,  # type: ignore[arg-type]
+                                       json_bufs=bufs)
+        for index, pieces in self._raw.items():
+            # Parsed as the SDK parses each piece's prefix (partial JSON: a call cut off by
+            # the output limit has the input written so far), once: the SDK's typed event
+            # and parse per piece cost ~20 µs each, 0.3 s of the event loop for a 100 KB
+            # artifact.
+            if pieces and index not in self._broken:
+                try:
+                    message.content[index].input = from_json("".join(pieces).encode(), partial_mode=True)
+                except ValueError:
+                    self._broken.add(index)
+        self.message = message
+        self._broken |= unparsable
+
     def reply(self) -> ModelReply:
-        if self.message is None:
+        if not self._started:
             raise ValueError("the stream ended before message_start")
-        self._settle()
+        if self.message is None:
+            self._build()
         invalid = {self._tools[i][0]: "".join(self._raw[i]) for i in self._broken if i in self._tools}
         return reply_of(self.message, invalid)
