@@ -154,6 +154,15 @@ async def test_a_long_tool_input_in_small_pieces_arrives_whole(fake_anthropic):
     await model.close()
 
 
+async def test_a_call_without_arguments_is_valid_and_its_input_empty(fake_anthropic):
+    # The API streams such a call's input as one empty piece: nothing to parse, not broken JSON.
+    model = client(fake_anthropic)
+    fake_anthropic.enqueue(Reply([ToolUse("web_search", {}), ToolUse("fetch_page", {"url": "u"})]))
+    reply = (await collect(model))[-1]
+    assert [c["input"] for c in reply.content] == [{}, {"url": "u"}] and reply.invalid_calls == {}
+    await model.close()
+
+
 async def test_refusal_detail_comes_from_stop_details(fake_anthropic):
     model = client(fake_anthropic)
     details = {"type": "refusal", "category": "cyber", "explanation": "This request was refused due to policy."}

@@ -202,9 +202,12 @@ class ReplyAccumulator:
             # the output limit has the input written so far), once: the SDK's typed event
             # and parse per piece cost ~20 µs each, 0.3 s of the event loop for a 100 KB
             # artifact.
-            if pieces and index not in self._broken:
+            raw = "".join(pieces)
+            # A call without arguments may stream no JSON or only empty pieces: its input
+            # stays the {} of its content_block_start.
+            if raw and index not in self._broken:
                 try:
-                    message.content[index].input = from_json("".join(pieces).encode(), partial_mode=True)
+                    message.content[index].input = from_json(raw.encode(), partial_mode=True)
                 except ValueError:
                     self._broken.add(index)
         self.message = message
