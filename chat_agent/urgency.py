@@ -8,7 +8,9 @@ measured with 50 sessions streaming bursts, 150-400 ms at p95. While urgent work
 way, the streams pause between two items instead (`agent/waiting.py`), so that its steps
 meet a short queue; so do the store's bulk commits (`store/writer.py`) and model calls about
 to start, and an `abort` counts as urgent from the moment it is read off its socket
-(`web/wsprotocol.py`). A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a
+(`web/wsprotocol.py`). The same holds, for the same reason, while a turn's first text is on
+its way: from the moment its stream has it until the turn takes it, and while the writer
+has urgent writes (a first text, a `done`) waiting for their commit. A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a
 tool given its moment to kill what it started) holds every reply up only that long.
 """
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from tests.fakes.anthropic_fake import Reply, Text, ToolUse
 from tests.instances import instances, moto, s3_env, stored_conversation  # noqa: F401  (fixtures)
-from tests.support import connect, recv, resumed, send, text_of, until
+from tests.support import connect, polled, recv, resumed, send, text_of, until
 
 SLOW = Reply("chunk " * 60, chunk_size=6, delay=0.03)
 SHORT_LEASE = {"CHAT_AGENT_LEASE_SECONDS": "3"}
@@ -61,6 +61,31 @@ async def test_a_reply_cut_mid_stream_by_a_crash_goes_on_after_a_restart(make_se
     stored = _stored(server, cid)
     assert stored["content"] == text_of(frames) and stored["status"] == "complete" and stored["id"] == seen[0]["messageId"]
     print(f"death to done: {took:.1f} s")
+
+
+async def test_a_message_sent_again_while_its_turn_goes_on_elsewhere_is_ignored(make_server, tmp_path,
+                                                                                  fake_anthropic):
+    # The restarted instance continues the turn without having seen the message's id: the
+    # store has, and a client that sends it again (it never saw a `done`) is not told "busy".
+    data = tmp_path / "data"
+    server = make_server(data, **SHORT_LEASE)
+    ws, session = await connect(server)
+    cid = session["conversationId"]
+    fake_anthropic.enqueue(SLOW)
+    await send(ws, type="message", content="go", id="client-1")
+    seen = [await recv(ws) for _ in range(3)]
+    server.stop(signal.SIGKILL)
+    fake_anthropic.enqueue(SLOW)
+    server = make_server(data, **SHORT_LEASE)
+    ws, _ = await connect(server, cid)
+    await send(ws, type="resume", afterSeq=seen[-1]["seq"])
+    await polled(lambda: fake_anthropic.pending == 0, 40)  # continued: its second reply streams
+    await send(ws, type="message", content="go", id="client-1")
+    rest = await resumed(ws, seen[-1]["seq"], timeout=40)
+    await ws.close()
+    assert not [f for f in rest if f["type"] == "error"], rest
+    assert [f["type"] for f in rest].count("done") == 1 and rest[-1]["stopReason"] == "end_turn"
+    assert len(server.get(f"/api/conversations/{cid}")[1]["messages"]) == 2  # one message, one reply
 
 
 async def test_with_continuation_off_a_crash_closes_the_turn(make_server, tmp_path, fake_anthropic):

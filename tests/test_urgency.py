@@ -106,3 +106,31 @@ async def test_a_model_call_about_to_start_waits_while_urgent_work_is_under_way(
         assert not started, "the call started while urgent work was under way"
     assert [getattr(item, "text", None) for item in await asyncio.wait_for(task, 10)] == ["hello"]
     assert started
+
+
+async def test_a_first_item_waiting_for_its_caller_pauses_the_other_streams():
+    """A turn's first text goes through several hops (the turn's task, the writer, the
+    socket), each a pass of the loop: while it waits for its caller (here busy telling the
+    client it still waits), the other streams pause instead of taking their shares."""
+    urgency, other = Urgency(longest=30.0), Stream()
+    task = asyncio.create_task(other.consume(urgency))
+    await polled(lambda: other.taken >= 20, 10)
+    came: list[int] = []
+
+    async def call() -> AsyncIterator[TextDelta]:
+        await asyncio.sleep(0.05)
+        came.append(other.taken)
+        yield TextDelta("first")
+
+    async with aclosing(watched(call(), every=0.01, idle=60, urgency=urgency)) as items:
+        item = await anext(items)
+        while not hasattr(item, "text"):
+            for _ in range(200):  # the caller's own steps, as after a "still waiting"
+                await asyncio.sleep(0)
+            item = await anext(items)
+        taken_at = other.taken
+        assert [] == [item async for item in items]
+    assert not urgency.pending
+    assert taken_at - came[0] <= 3, f"the other stream took {taken_at - came[0]} items while the first one waited"
+    other.ended = True
+    await asyncio.wait_for(task, 30)

@@ -184,3 +184,39 @@ async def test_bulk_is_never_starved_by_urgent_work_that_does_not_end(backend: B
     finally:
         await writer.close()
         await store.close()
+
+
+async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_while_the_store_is_out(backend: Backend):
+    """A `done` or a first text queued: other work pauses (chat_agent/urgency.py) until its
+    commit is in, so that the writer's wake-up and the callback that sends it meet a short
+    queue. A write the store cannot take yet (a full disk) holds nothing up while it waits."""
+    store = backend.new()
+    await store.open()
+    urgency = Urgency()
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui", "doomed"]])
+        told: list[str] = []
+        stream(writer, told, range(1, 3))
+        assert not urgency.pending  # bulk alone pauses nobody
+        paused_when_told: list[bool] = []
+        writer.submit([frames("ui", 1)], lambda: paused_when_told.append(urgency.pending), urgent=True)
+        assert urgency.pending
+        await asyncio.wait_for(writer.flush(), 20)
+        assert paused_when_told == [True] and not urgency.pending and len(told) == 24
+
+        refuse(backend, "doomed", how="disk")
+        writer.submit([frames("doomed", 1)], lambda: told.append("doomed 1"), urgent=True)
+        assert await asyncio.wait_for(writer.availability.get(), 20) is False
+        assert not urgency.pending, "streams stayed paused behind a write the store could not take"
+        writer.submit([frames("doomed", 2)], lambda: told.append("doomed 2"), urgent=True)
+        assert not urgency.pending  # nothing to hurry while the store is out
+        allow(backend, "doomed")
+        await asyncio.wait_for(writer.flush(), 20)
+        assert told[-2:] == ["doomed 1", "doomed 2"] and not urgency.pending
+        assert await seqs(store, "doomed") == [1, 2]
+    finally:
+        await writer.close()
+        await store.close()
+    assert not urgency.pending

@@ -198,6 +198,9 @@ class Commands:
         try:
             match frame:
                 case MessageIn() | RegenerateIn():
+                    if frame.id is not None and live.busy and await self._registry.store.has_client_message_id(
+                            live.owner, live.id, frame.id):
+                        return None  # a retry of the message whose turn runs (continued here): ignored
                     return self._start_turn(live, frame)
                 case SwitchBranchIn(message_id=message_id):
                     await self._branches.switch(live, message_id)
@@ -253,8 +256,9 @@ class Commands:
             raise FrameRejected("llm_error", unavailable)
         if live.busy:
             raise FrameRejected("busy", BUSY)
-        if not self._registry.keep(live):  # let go and opened again since this copy was found
-            raise FrameRejected("busy", RELOADED)
+        if not self._registry.keep(live):  # let go and opened again since this copy was found: told
+            # to its sender alone, since a frame published here would take a seq the copy in use has
+            raise FrameRejected("busy", RELOADED, only_sender=True)
         started: asyncio.Future[object] = asyncio.get_running_loop().create_future()
 
         async def prepare() -> Prepared | None:

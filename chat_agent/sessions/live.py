@@ -520,9 +520,9 @@ class LiveConversation:
         """What `capture` takes from memory, and the page of the stored visible history it
         asks for (before, limit), as of one moment: the writer's queue up to that moment is
         committed before the page is read, and the read is done again if the visible history
-        changed meanwhile (twice a turn at most, so hardly ever)."""
+        or the running turn changed meanwhile (twice a turn at most, so hardly ever)."""
         while True:
-            manager, version, ticket = self.manager, self.manager.visible_version, self._writer.ticket
+            manager, version, ticket, turn = self.manager, self.manager.visible_version, self._writer.ticket, self.turn
             captured, before, limit = capture()
             if self.unstored is not None:
                 # Nothing of it is stored yet (a socket opened on a new conversation): no page
@@ -530,5 +530,7 @@ class LiveConversation:
                 return captured, HistoryPage([], False)
             await self._writer.wait_for(ticket)
             page = await self._store.history_page(self.owner, self.id, "visible", before, limit)
-            if self.manager is manager and manager.visible_version == version:
+            # A turn taken up meanwhile (continued here) changes no history, and its reply
+            # so far is in neither what was captured nor the page.
+            if self.manager is manager and manager.visible_version == version and self.turn is turn:
                 return captured, page

@@ -211,6 +211,12 @@ class Registry:
             loaded = await self.load(owner, conversation_id)
             if loaded is None:
                 return None
+            # A copy let go before may have been kept again while the store was read (a turn
+            # was continued in it, `keep`): that copy is the conversation; a second one would
+            # close the turn it runs.
+            live = self._live.get(conversation_id)
+            if live is not None:
+                return live if live.owner == owner else None
             live = self._remember(*loaded)
             await self.close_cut_turns(live, cut)
         return live
@@ -294,6 +300,9 @@ class Registry:
         Taken from another holder (its lease expired or given back), the turns the store
         still holds as running are cut off (nothing runs them any more): closed here, with
         `cut` saying why, before anything else is done with the conversation."""
+        # Done to the copy in use: this one may have been let go and another opened since (a
+        # command held it meanwhile), and a copy that is not kept closes nothing.
+        live = self._live.get(live.id, live)
         claim, holder = await self.ownership.claim(live.id, lambda: self.refresh(live))
         if claim is Claim.GAINED:
             self._unchecked.add(live.id)

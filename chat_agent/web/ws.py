@@ -217,7 +217,13 @@ class Connection:
         live = self.live
         events = await self.hub.store.events_after(live.owner, live.id, after_seq)
         low, high = self._sent or (after_seq, after_seq)
+        # Frames queued while the log was read go out from the queue, in order with what was
+        # queued between them without a seq (a `status`): the replay stops short of them.
+        stop = next((item[0] for item in self._out or () if not isinstance(item, _Replay) and item[0] is not None),
+                    None)
         for event in events:
+            if stop is not None and event.seq >= stop:
+                break
             if low < event.seq <= high:
                 continue
             await self.ws.send_text(event.frame)

@@ -10,7 +10,7 @@ import time
 
 from tests.sim.bugs import BUGS, HUB_BUGS
 
-SCENARIO_NAMES = ("cut", "in-doubt", "lease-lost", "takeover", "take-back", "hand-over")  # tests/sim/scenarios.py
+SCENARIO_NAMES = ("cut", "in-doubt", "lease-lost", "takeover", "take-back", "hand-over", "opened-twice")  # tests/sim/scenarios.py
 
 # Sets of strings iterate in an order that depends on the hash seed: fixed, so that a seed
 # replays alike in any process.

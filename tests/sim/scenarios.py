@@ -55,5 +55,19 @@ def _hand_over() -> Plan:
                 bus_faults=[BusFault("delay", 8.0, 20.5, "n0")], steals=[12.4, 19.3, 23.7])
 
 
+def _opened_twice() -> Plan:
+    # The owner dies mid-turn while the store is in doubt: a socket on the other instance
+    # waited on the store to open the conversation, gave up and opened it again, and both
+    # openings ended as the store came back. One copy continued the turn, the other (opened
+    # after it, forgetting it) closed it: two `done` (seed 1274). A command held by a copy let
+    # go meanwhile published its refusal there, at a seq the copy in use took too (1096), or
+    # took the conversation and closed its cut turn in that copy, which closed nothing (seed
+    # 373 of the random schedules). A socket opened as the turn was taken up got a `session`
+    # without the reply so far (1344).
+    return Plan(nodes=2, slots=[1, 2, 1], faults_end=42.6, kills=[24.37],
+                store_faults=[StoreFault("indoubt", 3.91, 16.54), StoreFault("indoubt", 24.53, 42.57)])
+
+
 SCENARIOS = {"takeover": _takeover, "lease-lost": _lease_lost, "in-doubt": _in_doubt, "cut": _cut,
-             "take-back": _take_back, "hand-over": _hand_over}
+             "take-back": _take_back, "hand-over": _hand_over,
+             "opened-twice": _opened_twice}
