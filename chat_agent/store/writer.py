@@ -82,8 +82,10 @@ DEFER = 0.02
 # longest. An attempt that has not ended after APPLY_TIMEOUT seconds failed (a hung connection).
 RETRY_FIRST, RETRY_LONGEST = 0.1, 2.0
 APPLY_TIMEOUT = 15.0
-# Seconds after which a commit that has not ended makes the store count as unavailable.
+# Seconds after which a commit that has not ended makes the store count as unavailable,
+# counted in STALL_STEPS steps (see `_stalled`).
 STALLED = 3.0
+STALL_STEPS = 6
 # Seconds an instance that stops waits for an unavailable store to take what it still holds.
 CLOSE_GRACE = 20.0
 # Failures that say the store is unavailable, not that the write is wrong: waited out.
@@ -270,6 +272,7 @@ class StoreWriter:
         self._abandoned = False  # stopped without a store that answers (see `drain`)
         self._stall: asyncio.TimerHandle | None = None  # see `_stalled`
         self._stall_due = 0.0
+        self._stall_steps = 0
         self._id = new_id(hex_chars=16)  # this writer's name in its commit marks
         self._marks = 0  # the last mark written
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
@@ -573,16 +576,27 @@ class StoreWriter:
                 self._stall = None
 
     def _arm_stall(self) -> None:
-        self._stall_due = _clock() + STALLED
-        self._stall = asyncio.get_running_loop().call_later(STALLED, self._stalled)
+        self._stall_steps = 0
+        self._step_stall()
+
+    def _step_stall(self) -> None:
+        self._stall_due = _clock() + STALLED / STALL_STEPS
+        self._stall = asyncio.get_running_loop().call_later(STALLED / STALL_STEPS, self._stalled)
 
     def _stalled(self) -> None:
-        """A commit has not ended for STALLED seconds: a store that does not answer (a database
-        behind a broken network path) is unavailable long before a timeout says so. Unless
-        the timer itself came late: then the process was stopped or starved meanwhile, which
-        says nothing of the store, and the commit gets STALLED seconds more."""
+        """A step of STALLED seconds in which a commit has not ended: after all of them, a
+        store that does not answer (a database behind a broken network path) is unavailable
+        long before a timeout says so. Unless a step came late: then the process was stopped
+        or starved meanwhile, which says nothing of the store, and the commit gets STALLED
+        seconds more from now. Counted in steps, since one timer over the whole time, late by
+        less than a third of it, says nothing of a process stopped from just after the commit
+        began (SIGSTOP, a paused VM) until just after the timer was due."""
         if _clock() - self._stall_due > STALLED / 3:
             self._arm_stall()
+            return
+        self._stall_steps += 1
+        if self._stall_steps < STALL_STEPS:
+            self._step_stall()
             return
         self._stall = None
         self._store_stalled()
