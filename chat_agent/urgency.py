@@ -10,8 +10,9 @@ meet a short queue; so do the store's bulk commits (`store/writer.py`) and model
 to start, and an `abort` counts as urgent from the moment it is read off its socket
 (`web/wsprotocol.py`). The same holds, for the same reason, while a turn's first text is on
 its way: from the moment its stream has it until the turn takes it, and while the writer
-has urgent writes (a first text, a `done`) waiting for their commit. A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a
-tool given its moment to kill what it started) holds every reply up only that long.
+has urgent writes (a first text, a `done`) waiting for their commit (`Hold`). A pause is
+bounded (`LONGEST_PAUSE`): urgent work that takes long (a tool given its moment to kill what
+it started) holds every reply up only that long.
 """
 
 from __future__ import annotations
@@ -67,3 +68,24 @@ class Urgency:
             self._over = asyncio.get_running_loop().create_future()
         await asyncio.wait([self._over] if interrupt is None else [self._over, interrupt], timeout=self._longest,
                            return_when=asyncio.FIRST_COMPLETED)
+
+
+class Hold:
+    """Urgent work of one party that starts in one place and ends in another (`take`, then
+    `release`), counted once however often either is called; with no `Urgency`, nothing."""
+
+    __slots__ = ("_urgency", "held")
+
+    def __init__(self, urgency: Urgency | None) -> None:
+        self._urgency = urgency
+        self.held = False
+
+    def take(self) -> None:
+        if self._urgency is not None and not self.held:
+            self.held = True
+            self._urgency.begin()
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self._urgency.end()  # type: ignore[union-attr]

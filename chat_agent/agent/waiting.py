@@ -18,7 +18,7 @@ from typing import AsyncIterator, Union
 
 from chat_agent.agent.events import ModelRetrying, ModelWaiting
 from chat_agent.model import LLMError, Retry, StreamItem, TextDelta, ThinkingDelta, ToolInputDelta
-from chat_agent.urgency import Urgency
+from chat_agent.urgency import Hold, Urgency
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _Relay:
         self._waiter: asyncio.Future[None] | None = None  # the caller, waiting for an item
         self._room: asyncio.Future[None] | None = None  # the stream, waiting for the caller to take some
         self._urgency = urgency
-        self._holding = False  # the first item waits for the caller: other streams pause
+        self._first = Hold(urgency)  # the first item waits for the caller: other streams pause
         self._task = self._loop.create_task(self._pump(stream), name="model-call")
 
     async def _pump(self, stream: AsyncIterator[StreamItem]) -> None:
@@ -88,7 +88,7 @@ class _Relay:
                         # shares of every other stream that is ready. Other streams pause
                         # until it has (`next`), so that its hop meets a short queue.
                         first = False
-                        self._hold()
+                        self._first.take()
                         await asyncio.sleep(0)
                     if urgency is not None and urgency.pending:
                         await urgency.pause()  # an abort, say, goes first (chat_agent/urgency.py)
@@ -99,21 +99,11 @@ class _Relay:
             self._error = exc
         finally:
             self._ended = True
-            self._let_go()
+            self._first.release()
             _wake(self._waiter)
 
-    def _hold(self) -> None:
-        if self._urgency is not None and not self._holding:
-            self._holding = True
-            self._urgency.begin()
-
-    def _let_go(self) -> None:
-        if self._holding:
-            self._holding = False
-            self._urgency.end()  # type: ignore[union-attr]
-
     async def next(self, deadline: float) -> object:
-        if self._urgency is not None and self._urgency.pending and not self._holding:
+        if self._urgency is not None and self._urgency.pending and not self._first.held:
             await self._urgency.pause()  # items taken run the turn on without a pause otherwise
         while not self._items and not self._ended:
             if self._loop.time() >= deadline:
@@ -127,7 +117,7 @@ class _Relay:
                 self._waiter = None
         if self._items:
             _wake(self._room)
-            self._let_go()  # (the first item is taken)
+            self._first.release()  # (the first item is taken)
             return _merged(self._items)
         if self._error is not None:
             raise self._error

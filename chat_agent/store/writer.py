@@ -58,7 +58,7 @@ from chat_agent.ids import new_id
 from chat_agent.store.ops import (AddArtifactVersion, AppendEvents, AppendHistory, MarkCommit, Op, ReplaceHistory,
                                   op_scope)
 from chat_agent.store.records import EventRecord
-from chat_agent.urgency import Urgency
+from chat_agent.urgency import Hold, Urgency
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,10 @@ class StoreWriter:
         self._urgent_came: asyncio.Future[None] | None = None  # ends such a wait: ours to commit
         self._queue: list[_Submission] = []
         self._urgent = False  # urgent submissions were queued since the last look (`_take_urgent`)
-        self._holding = False  # urgent writes are queued: streams pause until they are committed
+        # Urgent writes are queued: other work pauses (chat_agent/urgency.py) until they are
+        # committed, so that the writer's wake-up and commit, and the callbacks that send
+        # their frames, each meet a short queue of ready tasks instead of every stream's share.
+        self._hold = Hold(urgency)
         self._round: _Round | None = None  # while the writer commits
         self._wake = asyncio.Event()
         self._submitted = 0  # tickets: the n-th submit is processed once `_processed >= n`
@@ -322,7 +325,7 @@ class StoreWriter:
                                                urgent))
                 self._urgent = self._urgent or urgent
                 if urgent and not self.unavailable:  # (nothing to hurry while the store is out)
-                    self._hold()
+                    self._hold.take()
                 if urgent and self._urgent_came is not None and not self._urgent_came.done():
                     self._urgent_came.set_result(None)
         self._submitted += 1
@@ -434,7 +437,7 @@ class StoreWriter:
             queue = round_.waiting + [s for chunk in round_.chunks for s in chunk] + queue
         for submission in queue:
             submission.outcome.settle(committed=False)
-        self._let_go()
+        self._hold.release()
         self._processed = self._submitted
         self._release(self._processed)
 
@@ -449,7 +452,7 @@ class StoreWriter:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        self._let_go()
+        self._hold.release()
 
     async def _run(self) -> None:
         pause = self._retry_delay
@@ -493,7 +496,7 @@ class StoreWriter:
             while True:
                 while urgent := self._take_urgent(round_):
                     await self._commit_part(round_, urgent)
-                self._let_go()  # the urgent writes are in: streams go on
+                self._hold.release()  # the urgent writes are in: streams go on
                 if not round_.chunks:
                     return round_.waiting
                 if not paused and not self._urgent and self._urgency is not None and self._urgency.pending:
@@ -506,20 +509,7 @@ class StoreWriter:
                     await asyncio.sleep(0)  # the loop takes in what came meanwhile (an abort, say)
         finally:
             self._round = None
-            self._let_go()  # urgent writes the store did not take wait, but streams do not
-
-    def _hold(self) -> None:
-        """Urgent writes are queued: other work pauses (chat_agent/urgency.py) until they are
-        committed, so that the writer's wake-up and commit, and the callbacks that send their
-        frames, each meet a short queue of ready tasks instead of every stream's share."""
-        if not self._holding and self._urgency is not None:
-            self._holding = True
-            self._urgency.begin()
-
-    def _let_go(self) -> None:
-        if self._holding:
-            self._holding = False
-            self._urgency.end()  # type: ignore[union-attr]
+            self._hold.release()  # urgent writes the store did not take wait, but streams do not
 
     async def _let_urgent_go(self) -> None:
         """Waits (bounded) while urgent work is under way elsewhere, unless urgent writes come."""
