@@ -85,12 +85,7 @@ async def test_an_aborted_call_does_not_wait_for_its_response_to_close():
     await polled(lambda: stream.closed, 10)  # it still closes, in its own time
 
 
-async def test_a_model_call_about_to_start_waits_while_urgent_work_is_under_way():
-    """Sending a request takes a few ms of the event loop too: a call that would start while
-    an abort unwinds waits (bounded), then starts."""
-    urgency = Urgency(longest=30.0)  # only the end of the urgent work lets it go here
-    started: list[bool] = []
-
+def _call(urgency: Urgency, started: list[bool]) -> asyncio.Task[list[object]]:
     async def call() -> AsyncIterator[TextDelta]:
         started.append(True)
         yield TextDelta("hello")
@@ -99,13 +94,37 @@ async def test_a_model_call_about_to_start_waits_while_urgent_work_is_under_way(
         async with aclosing(watched(call(), every=60, idle=60, urgency=urgency)) as items:
             return [item async for item in items]
 
-    with urgency.first():
-        task = asyncio.create_task(consume())
+    return asyncio.create_task(consume())
+
+
+async def test_a_model_call_about_to_start_waits_while_an_abort_is_under_way():
+    """Sending a request takes a few ms of the event loop too: a call that would start while
+    an abort unwinds waits (bounded), then starts."""
+    urgency = Urgency(longest=30.0)  # only the end of the abort lets it go here
+    started: list[bool] = []
+    with urgency.first(stop=True):
+        task = _call(urgency, started)
         for _ in range(50):
             await asyncio.sleep(0)
-        assert not started, "the call started while urgent work was under way"
+        assert not started, "the call started while an abort was under way"
     assert [getattr(item, "text", None) for item in await asyncio.wait_for(task, 10)] == ["hello"]
     assert started
+
+
+async def test_a_model_call_about_to_start_does_not_wait_for_other_urgent_work():
+    """Another turn's first text or `done` on its way to its commit is urgent too, but a
+    request held back for it holds back a first text further off than its own: when many
+    turns start at once, each would wait for those that started before it."""
+    urgency = Urgency(longest=30.0)
+    started: list[bool] = []
+    with urgency.first():
+        task = _call(urgency, started)
+        for _ in range(50):
+            await asyncio.sleep(0)
+            if started:
+                break
+        assert started, "the call waited for urgent work that is not an abort"
+    await asyncio.wait_for(task, 10)
 
 
 async def test_a_first_item_waiting_for_its_caller_pauses_the_other_streams():
@@ -134,3 +153,25 @@ async def test_a_first_item_waiting_for_its_caller_pauses_the_other_streams():
     assert taken_at - came[0] <= 3, f"the other stream took {taken_at - came[0]} items while the first one waited"
     other.ended = True
     await asyncio.wait_for(task, 30)
+
+
+async def test_a_first_item_is_taken_at_once_while_other_urgent_work_goes_on():
+    """A caller already waiting when its first item comes takes it at once, whatever other
+    urgent work is under way: its first text is urgent too. (Paused for the other work while
+    it waited, it held the urgency itself once its item came, and waited out the longest
+    pause.)"""
+    urgency = Urgency(longest=30.0)
+    came = asyncio.Event()
+
+    async def call() -> AsyncIterator[TextDelta]:
+        await came.wait()
+        yield TextDelta("first")
+
+    with urgency.first():  # another turn's `done` on its way to its commit, say
+        async with aclosing(watched(call(), every=60, idle=60, urgency=urgency)) as items:
+            waiting = asyncio.ensure_future(anext(items))
+            for _ in range(5):  # the caller waits for its first item
+                await asyncio.sleep(0)
+            came.set()
+            item = await asyncio.wait_for(waiting, 5)
+    assert getattr(item, "text", None) == "first"

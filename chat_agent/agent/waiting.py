@@ -75,8 +75,8 @@ class _Relay:
         urgency = self._urgency
         first = True
         try:
-            if urgency is not None and urgency.pending:
-                await urgency.pause()  # sending a request takes a few ms of the loop too
+            if urgency is not None and urgency.stopping:
+                await urgency.pause_for_stops()  # sending a request takes a few ms of the loop too
             async with aclosing(stream) as items:  # type: ignore[type-var]
                 async for item in items:
                     self._items.append(item)
@@ -103,8 +103,6 @@ class _Relay:
             _wake(self._waiter)
 
     async def next(self, deadline: float) -> object:
-        if self._urgency is not None and self._urgency.pending and not self._first.held:
-            await self._urgency.pause()  # items taken run the turn on without a pause otherwise
         while not self._items and not self._ended:
             if self._loop.time() >= deadline:
                 return _TIMEOUT
@@ -115,6 +113,11 @@ class _Relay:
             finally:
                 timer.cancel()
                 self._waiter = None
+        if self._items and not self._first.held and self._urgency is not None and self._urgency.pending:
+            # Items taken run the turn on without a pause otherwise. Only once they are here:
+            # paused before, a caller whose first item came meanwhile would hold the urgency
+            # itself (`_first`) and wait out the longest pause.
+            await self._urgency.pause()
         if self._items:
             _wake(self._room)
             self._first.release()  # (the first item is taken)

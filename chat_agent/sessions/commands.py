@@ -207,7 +207,7 @@ class Commands:
                 case RenameIn(title=title):
                     live.set_title(title)
                 case AbortIn():
-                    with self._agent.urgency.first():  # the streams of other turns wait meanwhile,
+                    with self._agent.urgency.first(stop=True):  # the streams of other turns wait meanwhile,
                         await live.abort()  # until its `done` is stored and handed to the sockets
                         await live.shown_through(live.seq, LONGEST_PAUSE)
                 case ApproveIn(tool_id=tool_id, approved=approved, message=message):

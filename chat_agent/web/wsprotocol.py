@@ -49,7 +49,7 @@ class _Inbox:
             self._items = deque()
         self._items.append(item)
         if self._urgency is not None and self._held is None and _is_abort(item):
-            self._urgency.begin()
+            self._urgency.begin(stop=True)
             self._held = asyncio.get_running_loop().call_later(LONGEST_PAUSE, self._release)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
@@ -58,7 +58,7 @@ class _Inbox:
         if self._held is not None:
             self._held.cancel()
             self._held = None
-            self._urgency.end()  # type: ignore[union-attr]
+            self._urgency.end(stop=True)  # type: ignore[union-attr]
 
     def empty(self) -> bool:
         return not self._items
