@@ -5,7 +5,7 @@ the (fake) Anthropic API with the anthropic SDK and relays its text the way ours
 nothing else: the deltas of each ~50 ms are merged into one `content_chunk` (the first after
 a quiet spell goes out at once; chat_agent/sessions/coalesce.py, the same code as ours),
 one task per socket writes the frames, and the stream lets other sockets' work in every
-5 ms as ours does (chat_agent/model/fair.py). Then a `done` frame. The conversation is kept
+1 ms as ours does (chat_agent/model/fair.py). Then a `done` frame. The conversation is kept
 in a list per socket and sent with each message, as any chat relay must; no store, no event
 log, no validation: the floor a relay at our cadence can reach. (Sending one frame per delta
 instead measured the frame count, not the relay.) Served by uvicorn exactly as `server.py`
