@@ -26,27 +26,50 @@ from contextlib import contextmanager
 LONGEST_PAUSE = 0.1  # seconds a stream waits for urgent work at most, each time it pauses
 
 
+class _Count:
+    """Work under way of one kind, and what waits for it to be over."""
+
+    __slots__ = ("n", "_over")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self._over: asyncio.Future[None] | None = None  # what those waiting wait on
+
+    def add(self, k: int) -> None:
+        self.n += k
+        if not self.n and self._over is not None:
+            if not self._over.done():
+                self._over.set_result(None)
+            self._over = None
+
+    async def over(self, longest: float, interrupt: asyncio.Future[None] | None = None) -> None:
+        if not self.n:
+            return
+        if self._over is None:
+            self._over = asyncio.get_running_loop().create_future()
+        await asyncio.wait([self._over] if interrupt is None else [self._over, interrupt], timeout=longest,
+                           return_when=asyncio.FIRST_COMPLETED)
+
+
 class Urgency:
     """Counts the urgent work under way in this process; `pause` is where streams wait for it.
     Stops (an abort on its way to its `done`) are also counted apart: a model call about to
     start waits for those only (`pause_for_stops`)."""
 
-    __slots__ = ("_under_way", "_stops", "_over", "_stops_over", "_longest")
+    __slots__ = ("_all", "_stops", "_longest")
 
     def __init__(self, longest: float = LONGEST_PAUSE) -> None:
-        self._under_way = 0
-        self._stops = 0
-        self._over: asyncio.Future[None] | None = None  # what paused streams wait for
-        self._stops_over: asyncio.Future[None] | None = None  # what calls about to start wait for
+        self._all = _Count()
+        self._stops = _Count()
         self._longest = longest
 
     @property
     def pending(self) -> bool:
-        return self._under_way > 0
+        return self._all.n > 0
 
     @property
     def stopping(self) -> bool:
-        return self._stops > 0
+        return self._stops.n > 0
 
     @contextmanager
     def first(self, *, stop: bool = False) -> Iterator[None]:
@@ -60,47 +83,24 @@ class Urgency:
     def begin(self, *, stop: bool = False) -> None:
         """Urgent work starts; `end` says it is over (`first`, for work that starts in one
         place and ends in another)."""
-        self._under_way += 1
+        self._all.add(1)
         if stop:
-            self._stops += 1
+            self._stops.add(1)
 
     def end(self, *, stop: bool = False) -> None:
         if stop:
-            self._stops -= 1
-            if not self._stops:
-                self._stops_over = _resolved(self._stops_over)
-        self._under_way -= 1
-        if not self._under_way:
-            self._over = _resolved(self._over)
+            self._stops.add(-1)
+        self._all.add(-1)
 
     async def pause(self, interrupt: asyncio.Future[None] | None = None) -> None:
         """Returns once no urgent work is under way, or after the longest pause, or once
         `interrupt` is done (urgent work of the pausing party's own has come)."""
-        if not self._under_way:
-            return
-        if self._over is None:
-            self._over = asyncio.get_running_loop().create_future()
-        await asyncio.wait([self._over] if interrupt is None else [self._over, interrupt], timeout=self._longest,
-                           return_when=asyncio.FIRST_COMPLETED)
+        await self._all.over(self._longest, interrupt)
 
     async def pause_for_stops(self) -> None:
-        """Returns once no stop is under way, or after the longest pause. What a model call
-        about to start waits for: other urgent work (a first text, a `done` on its way to
-        its commit) would hold back the request of a turn whose own first text is further
-        off than theirs, the longer the more turns start at once (200 at once: posting went
-        from ~120 to 170-370 ms after the message at the median)."""
-        if not self._stops:
-            return
-        if self._stops_over is None:
-            self._stops_over = asyncio.get_running_loop().create_future()
-        await asyncio.wait([self._stops_over], timeout=self._longest)
-
-
-def _resolved(future: asyncio.Future[None] | None) -> None:
-    """Lets whoever waits on `future` go; the next wait makes a new one."""
-    if future is not None and not future.done():
-        future.set_result(None)
-    return None
+        """Returns once no stop is under way, or after the longest pause: what a model call
+        about to start waits for (see the module's doc)."""
+        await self._stops.over(self._longest)
 
 
 class Hold:
