@@ -11,8 +11,9 @@ log, no validation: the floor a relay at our cadence can reach. (Sending one fra
 instead measured the frame count, not the relay.) Served by uvicorn exactly as `server.py`
 serves ours (per-message-deflate off, same loop/http/ws choices), and calling the API through
 the same HTTP client (the SDK's aiohttp one), reading its events as the API's JSON as ours
-does, with the same request as ours: the system prompt, the tools the same configuration
-gives ours (from the same environment) and the conversation so far, so the fake upstream,
+does, with the same request as ours: the model, the system prompt, the tools the same
+configuration gives ours (from the same environment) and the conversation so far, its
+messages as lists of blocks with the cache breakpoint on the last one, so the fake upstream,
 which shares the machine's two cores, has the same work per request for both, and only what
 the relays do differs.
 
@@ -39,26 +40,33 @@ from starlette.responses import JSONResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from chat_agent.config import Settings  # noqa: E402
-from chat_agent.context.prompting import cached_tools, system_blocks  # noqa: E402
+from chat_agent.config import Settings, split_model  # noqa: E402
+from chat_agent.context.prompting import cached_tools, system_blocks, with_breakpoint  # noqa: E402
 from chat_agent.context.prompts import SYSTEM_PROMPT  # noqa: E402
 from chat_agent.model.anthropic import LIMITS  # noqa: E402
 from chat_agent.model.fair import FairShare  # noqa: E402
 from chat_agent.protocol import ContentChunk  # noqa: E402
 from chat_agent.sessions.coalesce import DeltaCoalescer  # noqa: E402
+from chat_agent.sessions.prepare import SEARCH_KNOWLEDGE  # noqa: E402
 from server import settle_collector  # noqa: E402
 from tools import build_registry  # noqa: E402
 
-MODEL = os.environ.get("CHAT_AGENT_MODEL") or "claude-sonnet-4-5"
 MAX_TOKENS = 8192  # what our server asks for by default
 EVENTS = anthropic.AsyncStream[object]  # each event the API's JSON, as chat_agent/model/anthropic.py reads them
 
 
 def request_extras() -> dict:
-    """What our server sends besides the message: the system prompt and the tool schemas."""
+    """What our server sends besides the messages: the model, the system prompt and the
+    tool schemas, those of a message that names no knowledge collection (as the relay's)."""
     settings = Settings.from_env()
-    return {"system": system_blocks(SYSTEM_PROMPT, prefix=True, memories=None),
-            "tools": cached_tools(build_registry(settings).schemas())}
+    tools = [schema for schema in build_registry(settings).schemas() if schema["name"] != SEARCH_KNOWLEDGE]
+    return {"model": split_model(settings.model)[1], "system": system_blocks(SYSTEM_PROMPT, prefix=True, memories=None),
+            "tools": cached_tools(tools)}
+
+
+def text_message(role: str, text: str) -> dict:
+    """A message as ours sends it: a list of blocks, not a bare string."""
+    return {"role": role, "content": [{"type": "text", "text": text}]}
 
 
 def build_app() -> Starlette:
@@ -104,14 +112,14 @@ def build_app() -> Starlette:
                 frame = json.loads(await ws.receive_text())
                 if frame.get("type") != "message":
                     continue
-                history.append({"role": "user", "content": frame["content"]})
+                history.append(text_message("user", frame["content"]))
                 coalescer = DeltaCoalescer(emit)
                 stop_reason, text = None, []
                 # The events as the API's JSON, as ours reads them (the SDK's `post` with `object`
                 # as the event type): no SDK object per event, work the floor need not do.
                 async with await client.post("/v1/messages", cast_to=object, stream=True, stream_cls=EVENTS,
-                                             body={"model": MODEL, "max_tokens": MAX_TOKENS, **extras,
-                                                   "stream": True, "messages": history}) as events:
+                                             body={"max_tokens": MAX_TOKENS, **extras, "stream": True,
+                                                   "messages": with_breakpoint(history)}) as events:
                     fair = FairShare()
                     async for event in events:
                         if event["type"] == "content_block_delta" and event["delta"]["type"] == "text_delta":
@@ -121,7 +129,7 @@ def build_app() -> Starlette:
                             stop_reason = event["delta"].get("stop_reason")
                         await fair.take_turns()
                 coalescer.flush()
-                history.append({"role": "assistant", "content": "".join(text) or "(no reply)"})
+                history.append(text_message("assistant", "".join(text) or "(no reply)"))
                 out.append(json.dumps({"type": "done", "stopReason": stop_reason}))
                 wake.set()
         except WebSocketDisconnect:

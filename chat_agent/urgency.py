@@ -6,14 +6,14 @@ dozens of model streams are ready at once, each taking its share of the loop (a 
 (the turn unwinding, the commit, the socket's write) then waits behind all of them once:
 measured with 50 sessions streaming bursts, 150-400 ms at p95. While urgent work is under
 way, the streams pause between two items instead (`agent/waiting.py`), so that its steps
-meet a short queue; so do the store's bulk commits (`store/writer.py`), and an `abort` counts
-as urgent from the moment it is read off its socket (`web/wsprotocol.py`). The same holds,
-for the same reason, while a turn's first text is on its way: from the moment its stream has
-it until the turn takes it, and while the writer has urgent writes (a first text, a `done`)
-waiting for their commit (`Hold`). A model call about to start waits for aborts only
+meet a short queue, and an `abort` counts as urgent from the moment it is read off its socket
+(`web/wsprotocol.py`). The same holds, for the same reason, while a turn's first text is on
+its way: from the moment its stream has it until the turn takes it, and while the writer has
+urgent writes (a first text, a `done`) waiting for their commit (`Hold`). A model call about
+to start, and the store's bulk commits (`store/writer.py`), wait for aborts only
 (`stop=True`): held back for the other turns' first texts too, the requests of 200 turns
 started at once went out up to 230 ms later at the median, and each of those turns' first
-text with them. A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a tool
+text with them; bulk commits held back that way held up the first texts' own commits. A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a tool
 given its moment to kill what it started) holds every reply up only that long.
 """
 
@@ -97,10 +97,11 @@ class Urgency:
         `interrupt` is done (urgent work of the pausing party's own has come)."""
         await self._all.over(self._longest, interrupt)
 
-    async def pause_for_stops(self) -> None:
-        """Returns once no stop is under way, or after the longest pause: what a model call
-        about to start waits for (see the module's doc)."""
-        await self._stops.over(self._longest)
+    async def pause_for_stops(self, interrupt: asyncio.Future[None] | None = None) -> None:
+        """Returns once no stop is under way, or after the longest pause, or once `interrupt`
+        is done: what a model call about to start waits for (see the module's doc), and the
+        store's bulk writes."""
+        await self._stops.over(self._longest, interrupt)
 
 
 class Hold:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import anthropic
 import pytest
+from anthropic._models import FinalRequestOptions
 
 from chat_agent.config import Settings
 from chat_agent.model import (AnthropicClient as ModelClient, LLMError, ModelReply, ModelRequest, TextDelta,
                               ThinkingDelta, ToolInputDelta)
+from chat_agent.model.anthropic import STREAM_PATH
 from tests.fakes.anthropic_fake import Fault, Reply, Text, Thinking, ToolUse
 
 
@@ -34,6 +37,28 @@ async def test_stream_yields_deltas_then_reply(fake_anthropic):
     assert isinstance(reply, ModelReply) and reply.stop_reason == "tool_use"
     assert reply.content[0] == {"type": "text", "text": "Hello world"}
     assert reply.content[1]["input"] == {"query": "q"} and reply.usage.output_tokens > 0
+    await model.close()
+
+
+async def test_each_streamed_call_sends_what_the_sdk_would_build_for_it(fake_anthropic):
+    """The streamed calls after the first reuse its request but for the body (the SDK's
+    headers, path and timeout, built once): each must still be what the SDK itself builds."""
+    model = client(fake_anthropic, retries=0)
+    calls = [ModelRequest(model="claude-sonnet-4-6", max_tokens=100, messages=[{"role": "user", "content": text}])
+             for text in ("hi", "and now something longer")]
+    for call, text in zip(calls, ("one", "two")):
+        fake_anthropic.enqueue(Reply(text))
+        assert [i for i in [item async for item in model.stream(call)] if isinstance(i, ModelReply)]
+    first, second = fake_anthropic.requests[-2:]
+    assert second["messages"] == [{"role": "user", "content": "and now something longer"}]
+    assert {**first.headers, "content-length": ""} == {**second.headers, "content-length": ""}
+    assert first.headers["user-agent"].startswith("AsyncAnthropic/Python ")
+    client_ = model._streaming  # what the SDK builds for the second call, on the same client
+    options = FinalRequestOptions.construct(method="post", url=STREAM_PATH, content=calls[1].body(stream=True))
+    built, ours = anthropic.AsyncAnthropic._build_request(client_, options), client_._build_request(options)
+    assert (ours.method, ours.url, ours.extensions, ours.content) == (built.method, built.url, built.extensions,
+                                                                     built.content)
+    assert ours.headers.multi_items() == built.headers.multi_items()
     await model.close()
 
 

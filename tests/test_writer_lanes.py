@@ -12,7 +12,8 @@ import asyncio
 import pytest
 
 from chat_agent.store import AppendEvents, CreateConversation, EventRecord, Store, StoreWriter
-from chat_agent.urgency import LONGEST_PAUSE, Urgency
+from chat_agent.store.sqlite import SqliteStore
+from chat_agent.urgency import Urgency
 from tests.stores import Backend
 from tests.test_writer import allow, refuse
 
@@ -143,7 +144,7 @@ async def test_bulk_waits_while_urgent_work_is_under_way_and_an_urgent_write_doe
         await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui"]])
         loop = asyncio.get_running_loop()
         told: list[str] = []
-        with urgency.first():
+        with urgency.first(stop=True):  # an abort on its way to its `done`
             stream(writer, told, range(1, 11))  # ~30 chunks of bulk
             await asyncio.sleep(0.1)
             held = len(told)
@@ -160,6 +161,26 @@ async def test_bulk_waits_while_urgent_work_is_under_way_and_an_urgent_write_doe
         assert urgent_took < 10, f"the urgent write waited {urgent_took:.1f} s: it sat out the bulk's pause"
         assert len(told) == 120
         assert await seqs(store, "ui") == [1] and all([await seqs(store, cid) == list(range(1, 11)) for cid in BULK])
+    finally:
+        await writer.close()
+        await store.close()
+
+
+async def test_bulk_does_not_wait_for_a_first_text_on_its_way_to_its_turn(backend: Backend):
+    """Urgent work that is not a stop (a stream's first item until its turn takes it) ends in
+    an urgent write of its own, which a pause of the bulk would only hold up: the bulk goes on."""
+    store = backend.new()
+    await store.open()
+    urgency = Urgency(longest=30.0)
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in BULK])
+        told: list[str] = []
+        with urgency.first():
+            stream(writer, told, range(1, 11))
+            await asyncio.wait_for(writer.flush(), 10)
+            assert len(told) == 120
     finally:
         await writer.close()
         await store.close()
@@ -220,3 +241,37 @@ async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_
         await writer.close()
         await store.close()
     assert not urgency.pending
+
+
+class _Recording(SqliteStore):
+    """Says, of each batch, whether the writer told it the loop was busy."""
+
+    def __init__(self, path) -> None:
+        super().__init__(path)
+        self.busy: list[bool] = []
+
+    async def apply(self, ops, fences=None, *, busy: bool = False) -> None:
+        self.busy.append(busy)
+        await super().apply(ops, fences, busy=busy)
+
+
+async def test_urgent_writes_are_committed_as_on_a_busy_loop(tmp_path):
+    """On the loop itself where the store can (SQLite): a write thread's answer waits for the
+    loop's next pass, which the first texts of 200 turns coming at once make long. Bulk
+    writes on an idle loop still go to the thread."""
+    store = _Recording(tmp_path / "busy.db")
+    await store.open()
+    writer = StoreWriter(store)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, "c", 1.0)])
+        writer.submit([frames("c", *range(1, 41))], lambda: None)
+        await writer.flush()
+        bulk = store.busy[-1]
+        writer.submit([frames("c", *range(41, 81))], lambda: None, urgent=True)
+        await writer.flush()
+        assert (bulk, store.busy[-1]) == (False, True)
+        assert await seqs(store, "c") == list(range(1, 81))
+    finally:
+        await writer.close()
+        await store.close()

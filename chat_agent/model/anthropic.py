@@ -29,6 +29,7 @@ LIMITS = httpx2.Limits(max_connections=1000, max_keepalive_connections=100, keep
 # model object per event (`_process_response_data` passes data through for `object`), and
 # the accumulator reads the few fields a delta has (chat_agent/model/accumulate.py).
 EVENTS = anthropic.AsyncStream[object]
+STREAM_PATH = "/v1/messages"
 # Errors the API reports that are worth another try of the same request.
 _RETRYABLE_TYPES = {"overloaded_error", "api_error", "rate_limit_error"}
 
@@ -98,6 +99,45 @@ def _no_sdk_spans() -> dict[str, Any]:
     return {"open_telemetry": {"traces": False, "propagation": False}}
 
 
+class _Client(anthropic.AsyncAnthropic):
+    """The SDK's client, but a streamed call's request is the first one's with another body.
+
+    The SDK builds each request from its options anew: merging its default and platform
+    headers, parsing the base URL and the path, copying: ~110 µs a call, where a request
+    made of the first one's URL, headers and timeout takes ~13 µs. Every streamed call here
+    posts the same path with the same headers and only its body differs (`_stream_once`),
+    so only the first is built the SDK's way; any other call (the plain ones of background
+    work, a retry, options of its own) still is. With 200 turns starting at once, the
+    saving is a fifth of what the server does before their calls go out, and the upstream
+    (on the same cores in the benchmarks) takes them in that much sooner."""
+
+    _template: tuple[httpx2.URL, httpx2.Headers, dict[str, Any]] | None = None
+
+    @property
+    def user_agent(self) -> str:
+        return f"AsyncAnthropic/Python {self._version}"  # the SDK names its class there, not this one
+
+    def _build_request(self, options: Any, *, retries_taken: int = 0) -> httpx2.Request:
+        if not self._reusable(options, retries_taken):
+            return super()._build_request(options, retries_taken=retries_taken)
+        if self._template is None:
+            request = super()._build_request(options, retries_taken=retries_taken)
+            headers = httpx2.Headers([(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"])
+            self._template = (request.url, headers, dict(request.extensions))
+            return request
+        url, headers, extensions = self._template
+        return httpx2.Request("POST", url, headers=headers, content=options.content, extensions=dict(extensions))
+
+    def _reusable(self, options: Any, retries_taken: int) -> bool:
+        """Whether the options are those of `_stream_once`'s post: nothing in them that would
+        change the request but the body (an idempotency key would: this SDK sends none)."""
+        return (retries_taken == 0 and self._idempotency_header is None and options.method == "post"
+                and options.url == STREAM_PATH and type(options.content) is bytes and not options.params
+                and not options.headers and options.files is None and options.json_data is None
+                and options.extra_json is None and isinstance(options.timeout, anthropic.NotGiven)
+                and options.follow_redirects is None)
+
+
 def _failed(span: ModelSpan, exc: Exception) -> LLMError:
     error = translate_error(exc)
     span.failed(error_type(exc), error.message)
@@ -109,7 +149,7 @@ class AnthropicClient:
     plain calls of background work (summaries, titles) keep the SDK's."""
 
     def __init__(self, settings: Settings, *, backoff: float = INITIAL_BACKOFF):
-        self._client = anthropic.AsyncAnthropic(
+        self._client = _Client(
             api_key=settings.anthropic_api_key or "missing-key",
             base_url=settings.anthropic_base_url,
             max_retries=settings.llm_max_retries,
@@ -145,7 +185,7 @@ class AnthropicClient:
                 # The body is ours, already JSON (`ModelRequest.body`: the history's messages
                 # encoded once each), sent through the SDK's `post` as `messages.create` would
                 # send it: `create` would copy and encode the whole history again on every call.
-                async with await self._streaming.post("/v1/messages", cast_to=Message, stream=True,
+                async with await self._streaming.post(STREAM_PATH, cast_to=Message, stream=True,
                                                       content=request.body(stream=True),
                                                       stream_cls=EVENTS) as events:
                     fair = FairShare()
