@@ -21,7 +21,7 @@ from chat_agent.canvas.memory import MemoryBook
 from chat_agent.canvas.reflection import reflect, transcript_for_reflection
 from chat_agent.canvas.titles import make_title
 from chat_agent.config import Settings
-from chat_agent.model import ModelClient
+from chat_agent.model import LLMError, ModelClient
 from chat_agent.protocol import StopReason
 from chat_agent.sessions.live import Listener, LiveConversation
 from chat_agent.sessions.pages import SESSION_MESSAGES
@@ -135,8 +135,13 @@ class ConversationJobs:
         if work is None:
             log.warning("unknown background job %s", job.key)
             return
-        with job_span(job.kind, job.conversation_id):
-            await work(job.owner, job.conversation_id)
+        try:
+            with job_span(job.kind, job.conversation_id):
+                await work(job.owner, job.conversation_id)
+        except LLMError as exc:
+            # The model API did not answer it (unreachable, overloaded): one line that says
+            # why, as a turn's error does, not a traceback of our own code at ERROR.
+            log.warning("background job %s failed: %s", job.key, exc.message)
 
     def _submit(self, operation: Operation) -> None:
         if self._closed:
