@@ -13,8 +13,9 @@ urgent writes (a first text, a `done`) waiting for their commit (`Hold`). A mode
 to start, and the store's bulk commits (`store/writer.py`), wait for aborts only
 (`stop=True`): held back for the other turns' first texts too, the requests of 200 turns
 started at once went out up to 230 ms later at the median, and each of those turns' first
-text with them; bulk commits held back that way held up the first texts' own commits. A pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a tool
-given its moment to kill what it started) holds every reply up only that long.
+text with them; bulk commits held back that way held up the first texts' own commits. A
+pause is bounded (`LONGEST_PAUSE`): urgent work that takes long (a tool given its moment to
+kill what it started) holds every reply up only that long.
 """
 
 from __future__ import annotations

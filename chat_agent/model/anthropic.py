@@ -122,7 +122,8 @@ class _Client(anthropic.AsyncAnthropic):
             return super()._build_request(options, retries_taken=retries_taken)
         if self._template is None:
             request = super()._build_request(options, retries_taken=retries_taken)
-            headers = httpx2.Headers([(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"])
+            headers = httpx2.Headers([(k, v) for k, v in request.headers.multi_items()
+                                      if k.lower() != "content-length"])  # each body has its own
             self._template = (request.url, headers, dict(request.extensions))
             return request
         url, headers, extensions = self._template
