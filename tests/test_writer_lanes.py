@@ -8,6 +8,7 @@ keep without the lane: nothing told that is not stored, nothing stored out of or
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -41,6 +42,23 @@ async def lanes(backend: Backend):
     yield store, writer, backend
     await writer.close()
     await store.close()
+
+
+@contextlib.asynccontextmanager
+async def deferring(backend: Backend, cids: list[str], longest: float | None = None):
+    """A store and a writer whose bulk defers to an `Urgency` (with its own longest pause, if
+    given), the conversations `cids` created; closed afterwards."""
+    store = backend.new()
+    await store.open()
+    urgency = Urgency() if longest is None else Urgency(longest=longest)
+    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
+    writer.start()
+    try:
+        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in cids])
+        yield store, writer, urgency
+    finally:
+        await writer.close()
+        await store.close()
 
 
 def stream(writer: StoreWriter, told: list[str], seqs_: range, cids: list[str] = BULK) -> None:
@@ -135,13 +153,8 @@ async def test_bulk_waits_while_urgent_work_is_under_way_and_an_urgent_write_doe
     """An abort unwinding its turn elsewhere (chat_agent/urgency.py): the writer holds its bulk
     chunks back (once each, for the longest pause at most), and an urgent write that comes
     meanwhile is committed at once, not after the pause."""
-    store = backend.new()
-    await store.open()
-    urgency = Urgency(longest=30.0)  # a pause nobody sits out here: only the urgent write ends it
-    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
-    writer.start()
-    try:
-        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui"]])
+    # A pause nobody sits out here: only the urgent write ends it.
+    async with deferring(backend, [*BULK, "ui"], 30.0) as (store, writer, urgency):
         loop = asyncio.get_running_loop()
         told: list[str] = []
         with urgency.first(stop=True):  # an abort on its way to its `done`
@@ -161,39 +174,21 @@ async def test_bulk_waits_while_urgent_work_is_under_way_and_an_urgent_write_doe
         assert urgent_took < 10, f"the urgent write waited {urgent_took:.1f} s: it sat out the bulk's pause"
         assert len(told) == 120
         assert await seqs(store, "ui") == [1] and all([await seqs(store, cid) == list(range(1, 11)) for cid in BULK])
-    finally:
-        await writer.close()
-        await store.close()
 
 
 async def test_bulk_does_not_wait_for_a_first_text_on_its_way_to_its_turn(backend: Backend):
     """Urgent work that is not a stop (a stream's first item until its turn takes it) ends in
     an urgent write of its own, which a pause of the bulk would only hold up: the bulk goes on."""
-    store = backend.new()
-    await store.open()
-    urgency = Urgency(longest=30.0)
-    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
-    writer.start()
-    try:
-        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in BULK])
+    async with deferring(backend, BULK, 30.0) as (store, writer, urgency):
         told: list[str] = []
         with urgency.first():
             stream(writer, told, range(1, 11))
             await asyncio.wait_for(writer.flush(), 10)
             assert len(told) == 120
-    finally:
-        await writer.close()
-        await store.close()
 
 
 async def test_bulk_is_never_starved_by_urgent_work_that_does_not_end(backend: Backend):
-    store = backend.new()
-    await store.open()
-    urgency = Urgency(longest=0.05)
-    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
-    writer.start()
-    try:
-        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in BULK])
+    async with deferring(backend, BULK, 0.05) as (store, writer, urgency):
         told: list[str] = []
         urgency.begin()  # never ended while the bulk commits
         try:
@@ -202,22 +197,13 @@ async def test_bulk_is_never_starved_by_urgent_work_that_does_not_end(backend: B
         finally:
             urgency.end()
         assert len(told) == 36 and all([await seqs(store, cid) == [1, 2, 3] for cid in BULK])
-    finally:
-        await writer.close()
-        await store.close()
 
 
 async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_while_the_store_is_out(backend: Backend):
     """A `done` or a first text queued: other work pauses (chat_agent/urgency.py) until its
     commit is in, so that the writer's wake-up and the callback that sends it meet a short
     queue. A write the store cannot take yet (a full disk) holds nothing up while it waits."""
-    store = backend.new()
-    await store.open()
-    urgency = Urgency()
-    writer = StoreWriter(store, retry_delay=0.05, chunk=CHUNK, urgency=urgency)
-    writer.start()
-    try:
-        await writer.commit([CreateConversation(OWNER, cid, 1.0) for cid in [*BULK, "ui", "doomed"]])
+    async with deferring(backend, [*BULK, "ui", "doomed"]) as (store, writer, urgency):
         told: list[str] = []
         stream(writer, told, range(1, 3))
         assert not urgency.pending  # bulk alone pauses nobody
@@ -237,9 +223,6 @@ async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_
         await asyncio.wait_for(writer.flush(), 20)
         assert told[-2:] == ["doomed 1", "doomed 2"] and not urgency.pending
         assert await seqs(store, "doomed") == [1, 2]
-    finally:
-        await writer.close()
-        await store.close()
     assert not urgency.pending
 
 
