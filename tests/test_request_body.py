@@ -11,6 +11,7 @@ import pickle
 import pytest
 
 from chat_agent.context.conversation import ConversationManager
+from chat_agent.context.prompting import with_breakpoint
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.model.openai_messages import chat_body, chat_params
 from chat_agent.model.types import KeptMessage, ModelRequest
@@ -37,6 +38,14 @@ def _same(request: ModelRequest) -> None:
         assert json.loads(chat_body(request, stream=True)) == {**chat_params(request), "stream": True}
 
 
+def _same_as_a_turn_sends(conv: ConversationManager) -> None:
+    """The request a turn makes (agent/loop.py): the last message with its breakpoint, the
+    ones before it as the conversation keeps their JSON (`encoded`, extended call to call)."""
+    history = conv.messages
+    encoded = conv.encoded(len(history) - 1) if len(history) > 1 else None
+    _same(_request(with_breakpoint(history), encoded=encoded))
+
+
 @pytest.fixture
 async def conv(db):
     store, writer = db
@@ -48,25 +57,32 @@ async def conv(db):
 async def test_bodies_follow_every_change_of_the_history(conv):
     conv.add_user("first é \"quoted\" \u2028")
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.add_assistant([{"type": "text", "text": "looking"},
                         {"type": "tool_use", "id": "t1", "name": "search", "input": {"q": "ü"}}],
                        Usage(input_tokens=50, output_tokens=5))
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.add_tool_results([{"type": "tool_result", "tool_use_id": "t1",
                             "content": [_result("https://a", "alpha"), _result("https://b", "beta")]}],
                           note="[stopped]")
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.add_user("second")  # merged into the user message that holds the results
     assert [b["type"] for b in conv.messages[-1]["content"]] == ["tool_result", "text", "text"]
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.add_assistant([{"type": "text", "text": "one"}])
     conv.add_assistant([{"type": "text", "text": "two"}])  # a paused reply goes on: merged
     _same(_request(conv.messages, tool_choice={"type": "tool", "name": "search"}, thinking_budget=10))
+    _same_as_a_turn_sends(conv)
     conv.add_user([{"type": "tool_result", "tool_use_id": "t9", "content": [_result("https://b", "again")]},
                    {"type": "text", "text": "third"}])
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     assert conv.forget_exchange()
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.add_user("x" * 3_000)
 
     async def summarizer(transcript: str) -> str:
@@ -74,9 +90,11 @@ async def test_bodies_follow_every_change_of_the_history(conv):
 
     assert await conv.summarize(summarizer)
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
     conv.clear()
     conv.add_user("after the clear")
     _same(_request(conv.messages))
+    _same_as_a_turn_sends(conv)
 
 
 async def test_a_history_read_back_sends_what_was_kept(conv, db):
@@ -92,6 +110,7 @@ async def test_a_history_read_back_sends_what_was_kept(conv, db):
     assert again.messages == conv.messages
     assert again.messages[-1]["content"] is again._held[-1].data["content"]  # one message, not a copy
     _same(_request(again.messages))
+    _same_as_a_turn_sends(again)
 
 
 def test_a_kept_message_is_never_changed_in_place():

@@ -173,13 +173,17 @@ def _request(agent: Agent, conv: ConversationManager, turn: Turn, progress: _Pro
     budget = settings.thinking_budget if turn.thinking else None
     max_tokens = settings.max_output_tokens + (budget or 0)
     choice, progress.forced = progress.forced, None
+    encoded = None
     if choice is not None and turn.focus is not None:
         messages = [{"role": "user", "content": turn.focus}]  # no breakpoint: nothing would read it again
     else:
-        messages = with_breakpoint(_messages(conv, turn, progress.start))
+        history = _messages(conv, turn, progress.start)
+        messages = with_breakpoint(history)  # the last message is another: the ones before it are the history's
+        if history is conv.messages and len(history) > 1:
+            encoded = conv.encoded(len(history) - 1)
     return ModelRequest(model=turn.model, system=turn.system, messages=messages,
                         tools=cached_tools(turn.tools), max_tokens=max_tokens, thinking_budget=budget,
-                        tool_choice=choice)
+                        tool_choice=choice, encoded=encoded)
 
 
 async def _model_call(agent: Agent, conv: ConversationManager, turn: Turn, progress: _Progress) -> AsyncIterator[Any]:

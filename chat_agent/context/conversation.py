@@ -22,7 +22,7 @@ from chat_agent.store import (AppendHistory, DeleteHistoryItems, HistoryItem, Hi
 from chat_agent.store.tree import EMPTY, ROOT
 from chat_agent.context.summary import plan_summary, summary_message
 from chat_agent.context.tokens import TokenCounter, content_chars
-from chat_agent.model.types import KeptMessage
+from chat_agent.model.types import KeptMessage, encode_json, made_of
 from chat_agent.store.writer import StoreWriter
 from chat_agent.ids import new_id
 
@@ -52,6 +52,9 @@ class ConversationManager:
         self._store = store
         self._items: list[HistoryItem] | None = None
         self._messages: list[dict[str, Any]] | None = None
+        # What `encoded` made last: (of which list, how many of its messages, their JSON, the
+        # last of them): good while that list holds the same message there.
+        self._encoded: tuple[list[dict[str, Any]], int, bytes, dict[str, Any]] | None = None
         self._counter = counter
         self._writer = writer
         self._summary_chars = summary_chars
@@ -104,6 +107,7 @@ class ConversationManager:
         its size stays. The next `load` reads it again."""
         if self._store is not None:
             self._items = self._messages = None
+            self._encoded = None
         self._exchange = None
 
     def _hold(self, items: list[HistoryItem]) -> None:
@@ -116,6 +120,22 @@ class ConversationManager:
         self._messages = [item.data for item in items]
         self._history_tokens = sum(item.tokens for item in items)
         self._chars = sum(item.chars for item in items)
+
+    def encoded(self, count: int) -> tuple[int, bytes]:
+        """The API's JSON of the first `count` model-facing messages, joined by commas, as a
+        request sends them (`ModelRequest.encoded`): kept from call to call and extended by
+        what came since. Walking 2,000 messages for their JSON took ~0.6 ms a call, most of
+        what a turn of a long conversation cost more than one of a short one."""
+        messages = self.messages
+        kept = self._encoded
+        if kept is None or kept[0] is not messages or kept[1] > count or messages[kept[1] - 1] is not kept[3]:
+            kept = None  # another list (a summary, another path) or its last message replaced
+        done, joined = (0, b"") if kept is None else (kept[1], kept[2])
+        if count > done:
+            more = b",".join(made_of(messages[done:count], "json", encode_json))
+            joined = joined + b"," + more if done else more
+            self._encoded = (messages, count, joined, messages[count - 1])
+        return count, joined
 
     # ---- size -------------------------------------------------------------------------
 
@@ -177,6 +197,7 @@ class ConversationManager:
             return
         self.leaf, self._at_root = leaf, leaf is None
         self._items = self._messages = None
+        self._encoded = None
         self._exchange = None
         self.visible_version += 1
         self._writer.submit([SetLeaf(self.owner, self.conversation_id, EMPTY if leaf is None else leaf)])

@@ -121,6 +121,10 @@ class ModelRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: dict[str, Any] | None = None
     thinking_budget: int | None = None
+    # The JSON of `messages[:n]`, joined by commas, as (n, bytes): made by whoever keeps the
+    # history (ConversationManager.encoded), which extends it from call to call, so that
+    # `body` walks only the messages after it instead of every message of the history.
+    encoded: tuple[int, bytes] | None = None
 
     def params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "messages": self.messages, "max_tokens": self.max_tokens}
@@ -143,7 +147,9 @@ class ModelRequest:
         parts = [encode_json(params)[:-1]]
         if tools:
             parts += (b',"tools":[', b",".join(made_of(tools, "json", encode_json)), b"]")
-        parts += (b',"messages":[', b",".join(made_of(messages, "json", encode_json)), b"]}")
+        made = made_of(messages, "json", encode_json) if self.encoded is None else \
+            [self.encoded[1], *made_of(messages[self.encoded[0]:], "json", encode_json)]
+        parts += (b',"messages":[', b",".join(made), b"]}")
         return b"".join(parts)
 
 
