@@ -12,7 +12,8 @@ same code (chat_agent/sessions/coalesce.py), write from one task per socket and 
 streams in every 1 ms (`model/fair.py`): the bare relay is the floor of a relay at our
 cadence. Ours also stores every frame before sending it and adds its other frames;
 throughput is the reply TEXT delivered per second, and the benchmark checks both delivered
-the same text. A turn that fails (an `error` frame, a timeout) is counted, printed, and left out of the figures.
+the same text. A turn that fails (an `error` frame, a timeout) is counted, printed, and
+left out of the figures.
 
 Each load runs --rounds times (7), bare and ours alternating which goes first; every round's
 ratios are printed, and the median of the rounds' ratios is judged: on two cores shared by
