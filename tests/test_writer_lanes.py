@@ -83,27 +83,71 @@ async def test_an_urgent_frame_goes_ahead_of_other_conversations_bulk_with_its_o
 
 
 async def test_every_conversations_first_urgent_frame_goes_before_the_rest_of_any(lanes):
-    """Turns that came in a burst: each one's first text, its other frames, its `done`, all
-    queued before the writer looks. The first texts are stored (and told) first, each with
-    what its conversation wrote before it; then the rest, each `done` ahead of the bulk
-    chunks still to write."""
+    """Turns that came in a burst while the writer commits: each one's first text, its other
+    frames, its `done`, all queued before the writer looks again. The first texts are stored
+    (and told) first, each with what its conversation wrote before it; then the rest, each
+    `done` ahead of the bulk chunks still to write."""
     store, writer, _ = lanes
     told: list[str] = []
     turns = BULK[:4]
-    for cid in turns:
-        writer.submit([frames(cid, 1)], lambda cid=cid: told.append(f"{cid} 1"))  # the turn's start, bulk
-        writer.submit([frames(cid, 2)], lambda cid=cid: told.append(f"{cid} 2"), urgent=True)  # first text
-        for seq in range(3, 9):
-            writer.submit([frames(cid, seq)], lambda cid=cid, seq=seq: told.append(f"{cid} {seq}"))
-        writer.submit([frames(cid, 9)], lambda cid=cid: told.append(f"{cid} 9"), urgent=True)  # done
-    stream(writer, told, range(1, 6), BULK[4:])  # other conversations' bulk, queued after
+
+    def burst() -> None:
+        for cid in turns:
+            writer.submit([frames(cid, 1)], lambda cid=cid: told.append(f"{cid} 1"))  # the turn's start, bulk
+            writer.submit([frames(cid, 2)], lambda cid=cid: told.append(f"{cid} 2"), urgent=True)  # first text
+            for seq in range(3, 9):
+                writer.submit([frames(cid, seq)], lambda cid=cid, seq=seq: told.append(f"{cid} {seq}"))
+            writer.submit([frames(cid, 9)], lambda cid=cid: told.append(f"{cid} 9"), urgent=True)  # done
+        stream(writer, told, range(2, 6), BULK[4:])  # other conversations' bulk, queued after
+
+    def first_told() -> None:  # in the writer's round: the burst comes while it commits
+        told.append(f"{BULK[4]} 1")
+        burst()
+
+    writer.submit([frames(BULK[4], 1)], first_told)
+    for cid in BULK[5:]:
+        writer.submit([frames(cid, 1)], lambda cid=cid: told.append(f"{cid} 1"))
     await writer.flush()
-    assert told[:8] == [f"{cid} {seq}" for cid in turns for seq in (1, 2)]
-    assert max(told.index(f"{cid} 9") for cid in turns) < 8 + 4 * 7  # no other bulk before the dones
+    await writer.flush()  # the burst, submitted meanwhile
+    start = told.index(f"{turns[0]} 1")  # after the chunk under way when the burst came
+    assert told[start:start + 8] == [f"{cid} {seq}" for cid in turns for seq in (1, 2)]
+    assert max(told.index(f"{cid} 9") for cid in turns) < start + 8 + 4 * 7  # no other bulk before the dones
     for cid in BULK:
         expected = list(range(1, 10)) if cid in turns else list(range(1, 6))
         assert [int(t.split()[1]) for t in told if t.split()[0] == cid] == expected
         assert await seqs(store, cid) == expected
+
+
+async def test_an_urgent_frame_is_stored_and_told_within_its_submit_while_the_writer_is_idle(lanes):
+    """SQLite with its write lock free (`Store.apply_now`): the frame goes out in the step
+    that made it, with its conversation's earlier frames, ahead of the bulk queued; not a pass
+    of the event loop later (tens of ms under load). Elsewhere (PostgreSQL), the writer's
+    next round, first."""
+    store, writer, backend = lanes
+    told: list[str] = []
+    writer.submit([frames("ui", 1)], lambda: told.append("ui 1"))  # bulk: waits for a commit
+    stream(writer, told, range(1, 3))
+    writer.submit([frames("ui", 2)], lambda: told.append("ui 2"), urgent=True)
+    assert told == (["ui 1", "ui 2"] if backend.name == "sqlite" else [])
+    await writer.flush()
+    assert told[:2] == ["ui 1", "ui 2"] and len(told) == 26
+    assert await seqs(store, "ui") == [1, 2] and all([await seqs(store, cid) == [1, 2] for cid in BULK])
+
+
+async def test_an_urgent_frame_the_store_refuses_at_once_is_left_to_the_writer(lanes):
+    """A commit in the submitting step that fails applies nothing and tells nothing: the
+    writer meets the failure again and deals with it as with any (a scope lost, a store
+    waited for)."""
+    store, writer, backend = lanes
+    refuse(backend, "doomed", how="constraint")
+    told: list[str] = []
+    writer.submit([frames("doomed", 1)], lambda: told.append("doomed 1"), urgent=True)
+    assert told == []
+    await writer.flush()
+    assert told == [] and writer.lost("doomed") and await seqs(store, "doomed") == []
+    writer.submit([frames("ui", 1)], lambda: told.append("ui 1"), urgent=True)
+    await writer.flush()
+    assert told == ["ui 1"] and await seqs(store, "ui") == [1]
 
 
 async def test_urgent_work_submitted_while_bulk_commits_waits_for_one_chunk_at_most(lanes):
@@ -200,18 +244,29 @@ async def test_bulk_is_never_starved_by_urgent_work_that_does_not_end(backend: B
 
 
 async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_while_the_store_is_out(backend: Backend):
-    """A `done` or a first text queued: other work pauses (chat_agent/urgency.py) until its
-    commit is in, so that the writer's wake-up and the callback that sends it meet a short
-    queue. A write the store cannot take yet (a full disk) holds nothing up while it waits."""
+    """A `done` or a first text queued while the writer commits: other work pauses
+    (chat_agent/urgency.py) until its commit is in, so that the writer's next look and the
+    callback that sends it meet a short queue. One stored within its submit (SQLite, the
+    writer idle) pauses nobody, nor does a write the store cannot take yet (a full disk)."""
     async with deferring(backend, [*BULK, "ui", "doomed"]) as (store, writer, urgency):
         told: list[str] = []
-        stream(writer, told, range(1, 3))
+        paused: dict[str, bool] = {}
+        stream(writer, told, range(2, 3))
         assert not urgency.pending  # bulk alone pauses nobody
-        paused_when_told: list[bool] = []
-        writer.submit([frames("ui", 1)], lambda: paused_when_told.append(urgency.pending), urgent=True)
-        assert urgency.pending
+
+        def first_told() -> None:  # in the writer's round: the urgent write waits for the next look
+            writer.submit([frames("ui", 1)], lambda: paused.setdefault("when told", urgency.pending), urgent=True)
+            paused["after submit"] = urgency.pending
+
+        writer.submit([frames(BULK[0], 1)], first_told)
         await asyncio.wait_for(writer.flush(), 20)
-        assert paused_when_told == [True] and not urgency.pending and len(told) == 24
+        await asyncio.wait_for(writer.flush(), 20)  # the urgent write, submitted meanwhile
+        assert paused == {"after submit": True, "when told": True} and not urgency.pending and len(told) == 12
+
+        writer.submit([frames("ui", 2)], lambda: paused.setdefault("idle", urgency.pending), urgent=True)
+        assert urgency.pending is (backend.name != "sqlite")  # stored at once on SQLite: nothing to wait for
+        await asyncio.wait_for(writer.flush(), 20)
+        assert not urgency.pending and await seqs(store, "ui") == [1, 2]
 
         refuse(backend, "doomed", how="disk")
         writer.submit([frames("doomed", 1)], lambda: told.append("doomed 1"), urgent=True)
@@ -227,21 +282,29 @@ async def test_streams_pause_while_an_urgent_write_waits_for_its_commit_and_not_
 
 
 class _Recording(SqliteStore):
-    """Says, of each batch, whether the writer told it the loop was busy."""
+    """Says, of each batch, whether the writer told it the loop was busy, or committed it in
+    the submitting step ("now")."""
 
     def __init__(self, path) -> None:
         super().__init__(path)
-        self.busy: list[bool] = []
+        self.busy: list[bool | str] = []
 
     async def apply(self, ops, fences=None, *, busy: bool = False) -> None:
         self.busy.append(busy)
         await super().apply(ops, fences, busy=busy)
 
+    def apply_now(self, ops, fences=None) -> bool:
+        done = super().apply_now(ops, fences)
+        if done:
+            self.busy.append("now")
+        return done
+
 
 async def test_urgent_writes_are_committed_as_on_a_busy_loop(tmp_path):
-    """On the loop itself where the store can (SQLite): a write thread's answer waits for the
-    loop's next pass, which the first texts of 200 turns coming at once make long. Bulk
-    writes on an idle loop still go to the thread."""
+    """On the loop itself where the store can (SQLite): in the submitting step while the
+    writer is idle, else in its round as on a busy loop, since a write thread's answer waits
+    for the loop's next pass, which the first texts of 200 turns coming at once make long.
+    Bulk writes on an idle loop still go to the thread."""
     store = _Recording(tmp_path / "busy.db")
     await store.open()
     writer = StoreWriter(store)
@@ -252,9 +315,13 @@ async def test_urgent_writes_are_committed_as_on_a_busy_loop(tmp_path):
         await writer.flush()
         bulk = store.busy[-1]
         writer.submit([frames("c", *range(41, 81))], lambda: None, urgent=True)
+        now = store.busy[-1]
+        writer.submit([frames("c", 81)], lambda: writer.submit([frames("c", *range(82, 122))], lambda: None,
+                                                               urgent=True))
         await writer.flush()
-        assert (bulk, store.busy[-1]) == (False, True)
-        assert await seqs(store, "c") == list(range(1, 81))
+        await writer.flush()  # the urgent write, submitted in the commit's callback
+        assert (bulk, now, store.busy[-1]) == (False, "now", True)
+        assert await seqs(store, "c") == list(range(1, 122))
     finally:
         await writer.close()
         await store.close()

@@ -97,6 +97,13 @@ class Store(ABC):
         `FencedOut` names those that failed. `busy` says the event loop is busy: a store
         that would hand the work to a thread may do it on the loop instead."""
 
+    def apply_now(self, ops: Sequence[Op], fences: Fences | None = None) -> bool:
+        """As `apply`, on the caller's thread and step, if the store can do it without waiting
+        for anything (SQLite with its write lock free): True once committed, False if it did
+        not try or met a lock (nothing applied); raises as `apply` for a commit that failed
+        (nothing applied). A store that waits on a network never can (the default)."""
+        return False
+
     @abstractmethod
     async def claim_lease(self, conversation_id: str, instance: str, ttl: float) -> Lease | None:
         """Takes or keeps the conversation's lease for `ttl` seconds: when it is free (never

@@ -197,6 +197,28 @@ class SqliteStore(Store):
         limits = (BUSY_INLINE_ROWS, BUSY_INLINE_CHARS) if busy else (INLINE_ROWS, INLINE_CHARS)
         await self._writing(job, inline=_small(steps, *limits))
 
+    def apply_now(self, ops: Sequence[Op], fences: Fences | None = None) -> bool:
+        """Inline as a busy loop's commit is (`apply`), if no commit is under way on the write
+        connection and no other process holds the write lock (not waited for: False). An
+        in-memory database's one connection lives on the read thread: never, unless inline."""
+        db = self._writes
+        if db is None or (db is self._db and not self._inline) or self._write_lock.locked():
+            return False
+        steps = plan(ops)
+        if not steps:
+            return True
+        if not _small(steps, BUSY_INLINE_ROWS, BUSY_INLINE_CHARS):
+            return False
+        try:
+            _apply(db, steps, dict(fences or {}))
+        except _Locked:
+            return False
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+                raise StoreUnavailable(str(exc)) from exc
+            raise
+        return True
+
     async def _writing(self, job: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
         """Runs a write transaction on the write connection: inline when asked and the write
         lock is free, else on the write thread, waiting for the lock up to the busy timeout.

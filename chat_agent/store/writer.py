@@ -17,6 +17,9 @@ order: a conversation's frames are stored in seq order) is committed in a transa
 own, ahead of the bulk rows of other scopes. So an urgent frame waits for one bounded chunk
 at most, never for thousands of other conversations' rows, and the event loop (on which a
 small commit runs, see SqliteStore) is let go between chunks to take in what came meanwhile.
+With nothing under way, a store that can commit without waiting (SQLite, `Store.apply_now`)
+takes an urgent submission, with its scope's queued writes, in the step that submitted it:
+its callbacks run before `submit` returns, not a pass of the event loop later (`_commit_now`).
 
 A batch that fails is retried scope by scope (a conversation, a user's memories, a file:
 see `op_scope`), each in a transaction of its own, so one conversation's bad write fails
@@ -281,6 +284,7 @@ class StoreWriter:
         self._lost: set[str] = set()  # scopes whose writes fail until `reopen`
         self._handed: set[str] = set()  # scopes handed to another instance (see `hand_over`)
         self._doubts: list[_Doubt] = []  # commits that failed on the way, maybe stored
+        self._settling = False  # running the callbacks of a commit made in `_commit_now`
         self._fences: dict[str, tuple[str, int]] = {}  # scope -> (instance, epoch) of its lease
         self._asked_at = 0.0  # when the pending commit was first asked for (`_clock`)
         self._busy = False  # whether the event loop was found busy before this batch
@@ -294,10 +298,11 @@ class StoreWriter:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="store-writer")
 
     def submit(self, ops: Sequence[Op], on_commit: Callback | None = None, *, urgent: bool = False) -> int:
-        """Queues ops; returns a ticket for `wait_for`. Never blocks. The callback runs once
+        """Queues ops; returns a ticket for `wait_for`. Never waits. The callback runs once
         they are committed, and never if any of them is lost. Urgent ops (what a person waits
         on) are committed ahead of other scopes' queued writes, with their own scope's
-        earlier ones: only the order across scopes changes, which `op_scope` allows."""
+        earlier ones: only the order across scopes changes, which `op_scope` allows; with
+        nothing under way, where the store can, before this returns (`_commit_now`)."""
         return self._submit(ops, on_commit, None, urgent)
 
     async def commit(self, ops: Sequence[Op]) -> None:
@@ -306,6 +311,35 @@ class StoreWriter:
         done = asyncio.get_running_loop().create_future()
         self._submit(ops, None, done, True)
         await done
+
+    def _commit_now(self, submission: _Submission) -> bool:
+        """Commits an urgent submission with what its scope queued before it, in the caller's
+        step, where the store can without waiting (`Store.apply_now`: SQLite, its write lock
+        free) and the writer has nothing under way: its callbacks (the frame handed to the
+        sockets) run now, not once the writer's task has its turn of the loop, tens of ms
+        later under load. False where it did not: the submission is queued as any, and the
+        writer, which handles every failure, commits it. Not from a commit's callback: the
+        callbacks of the commit under way would run after those of the nested one."""
+        if self._settling or self._round is not None or self._doubts or self._unavailable_since is not None:
+            return False
+        earlier = [s for s in self._queue if s.scope == submission.scope]
+        taken = [*earlier, submission]
+        fence = next((s.fence for s in taken if s.fence is not None), None)
+        try:
+            if not self._store.apply_now(_coalesce([op for s in taken for op in s.ops]),
+                                         {submission.scope: fence} if fence is not None else None):
+                return False
+        except Exception:  # nothing applied: the writer tries again and handles what it meets
+            return False
+        if earlier:
+            self._queue = [s for s in self._queue if s.scope != submission.scope]
+        self._settling = True
+        try:
+            for taken_one in taken:
+                taken_one.outcome.settle(committed=True)
+        finally:
+            self._settling = False
+        return True
 
     def _submit(self, ops: Sequence[Op], on_commit: Callback | None, done: asyncio.Future[None] | None,
                 urgent: bool) -> int:
@@ -321,15 +355,20 @@ class StoreWriter:
             if scope in self._lost or scope in self._handed:
                 outcome.settle(committed=False)  # its state is being brought back in line, or not ours
             else:
-                self._queue.append(_Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1,
-                                               urgent))
+                submission = _Submission(scope_ops, scope, outcome, self._fences.get(scope), self._submitted + 1, urgent)
+                if urgent and len(parts) == 1 and self._commit_now(submission):
+                    continue
+                self._queue.append(submission)
                 self._urgent = self._urgent or urgent
                 if urgent and not self.unavailable:  # (nothing to hurry while the store is out)
                     self._hold.take()
                 if urgent and self._urgent_came is not None and not self._urgent_came.done():
                     self._urgent_came.set_result(None)
         self._submitted += 1
-        if on_commit is not None or done is not None:
+        if not self._queue and self._round is None:
+            self._processed = self._submitted  # (committed at once: nothing else is under way)
+            self._release(self._processed)
+        elif on_commit is not None or done is not None:
             self._ask()
         elif self._deferred is None:
             # Nobody is told of these ops (a turn's start, a history item): they join the

@@ -92,6 +92,9 @@ class SimStore(Store):
         self._instance = instance
         self._db = db
         self._rng = rng
+        # Half the instances (by seed) commit urgent writes in the submitting step where they
+        # can, as on SQLite (`apply_now`); the others only through the writer's rounds.
+        self._now = random.Random(f"now:{instance}:{sim.seed}").random() < 0.5
 
     async def open(self) -> None:
         pass
@@ -149,6 +152,30 @@ class SimStore(Store):
         sim.shadow.committed(ops, sim.world.now)
         sim.trace(f"{self._instance} committed {_describe(ops)}", detail=True)
         await self._leave("apply", ops)
+
+
+    def apply_now(self, ops: Sequence[Any], fences: Any = None) -> bool:
+        """A local database's commit in the caller's step (what SQLite does with its write
+        lock free): not tried while a fault is under way, but a full disk, which refuses it
+        as SQLite does."""
+        sim = self._sim
+        if not self._now:
+            return False
+        fault = None if sim.tearing_down else sim.store_fault()
+        if fault is not None and fault.kind == "diskfull":
+            raise StoreUnavailable("database or disk is full (simulated)")
+        if fault is not None:
+            return False
+        try:
+            done = self._db.apply_now(ops, fences)
+        except FencedOut as exc:
+            for cid in exc.conversation_ids:
+                sim.shadow.fenced.append((sim.world.now, self._instance, cid))
+            raise
+        if done:
+            sim.shadow.committed(ops, sim.world.now)
+            sim.trace(f"{self._instance} committed at once {_describe(ops)}", detail=True)
+        return done
 
 
 def _describe(ops: Sequence[Any]) -> str:
