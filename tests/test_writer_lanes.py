@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 
 import pytest
 
@@ -132,6 +133,32 @@ async def test_an_urgent_frame_is_stored_and_told_within_its_submit_while_the_wr
     await writer.flush()
     assert told[:2] == ["ui 1", "ui 2"] and len(told) == 26
     assert await seqs(store, "ui") == [1, 2] and all([await seqs(store, cid) == [1, 2] for cid in BULK])
+
+
+async def test_an_urgent_frame_meeting_another_process_s_write_lock_waits_for_the_writer(tmp_path):
+    """Another process writing the SQLite file (a second instance, a backup) holds its write
+    lock: the commit in the submitting step does not wait for it (that would stop the event
+    loop); the writer's thread does, and the frame is told once it is in."""
+    store = SqliteStore(tmp_path / "locked.db")
+    await store.open()
+    writer = StoreWriter(store, retry_delay=0.05)
+    writer.start()
+    other = sqlite3.connect(tmp_path / "locked.db", isolation_level=None)
+    try:
+        await writer.commit([CreateConversation(OWNER, "ui", 1.0)])
+        other.execute("BEGIN IMMEDIATE")
+        told: list[str] = []
+        writer.submit([frames("ui", 1)], lambda: told.append("ui 1"), urgent=True)
+        assert told == []
+        await asyncio.sleep(0.2)
+        assert told == []  # still locked out
+        other.execute("COMMIT")
+        await asyncio.wait_for(writer.flush(), 20)
+        assert told == ["ui 1"] and await seqs(store, "ui") == [1]
+    finally:
+        other.close()
+        await writer.close()
+        await store.close()
 
 
 async def test_an_urgent_frame_the_store_refuses_at_once_is_left_to_the_writer(lanes):
