@@ -10,7 +10,7 @@ import pickle
 
 import pytest
 
-from chat_agent.context.conversation import ConversationManager
+from chat_agent.context.conversation import PIECES, ConversationManager
 from chat_agent.context.prompting import with_breakpoint
 from chat_agent.context.tokens import TokenCounter
 from chat_agent.model.openai_messages import chat_body, chat_params
@@ -95,6 +95,27 @@ async def test_bodies_follow_every_change_of_the_history(conv):
     conv.add_user("after the clear")
     _same(_request(conv.messages))
     _same_as_a_turn_sends(conv)
+
+
+async def test_bodies_stay_exact_over_many_turns(db):
+    """A long conversation's calls, each extending the kept JSON by a piece; past PIECES of
+    them the pieces are joined into one, and a body built earlier is not changed by that."""
+    store, writer = db
+    writer.submit([CreateConversation("u", "long", 1.0)])
+    conv = ConversationManager("u", "long", model=[], counter=TokenCounter(), writer=writer, store=store,
+                               summary_chars=10_000_000, max_tokens=10_000_000)
+    early = None
+    for n in range(3 * PIECES):
+        conv.add_user(f"question {n}")
+        _same_as_a_turn_sends(conv)
+        if n == 5:
+            history = conv.messages
+            early = _request(with_breakpoint(history), encoded=conv.encoded(len(history) - 1))
+            sent = early.body(stream=True)
+        conv.add_assistant([{"type": "text", "text": f"answer {n} ✓"}])
+        _same_as_a_turn_sends(conv)
+    assert early is not None and early.body(stream=True) == sent
+    assert len(conv.encoded(len(conv.messages) - 1)[1]) <= PIECES
 
 
 async def test_a_history_read_back_sends_what_was_kept(conv, db):

@@ -121,10 +121,11 @@ class ModelRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)
     tool_choice: dict[str, Any] | None = None
     thinking_budget: int | None = None
-    # The JSON of `messages[:n]`, joined by commas, as (n, bytes): made by whoever keeps the
-    # history (ConversationManager.encoded), which extends it from call to call, so that
-    # `body` walks only the messages after it instead of every message of the history.
-    encoded: tuple[int, bytes] | None = None
+    # The JSON of `messages[:n]` as (n, pieces), each piece a run of messages joined by
+    # commas: made by whoever keeps the history (ConversationManager.encoded), which extends
+    # it from call to call, so that `body` walks only the messages after it instead of every
+    # message of the history, and copies the history's bytes once, into the body.
+    encoded: tuple[int, tuple[bytes, ...]] | None = None
 
     def params(self) -> dict[str, Any]:
         params: dict[str, Any] = {"model": self.model, "messages": self.messages, "max_tokens": self.max_tokens}
@@ -147,9 +148,15 @@ class ModelRequest:
         parts = [encode_json(params)[:-1]]
         if tools:
             parts += (b',"tools":[', b",".join(made_of(tools, "json", encode_json)), b"]")
-        made = made_of(messages, "json", encode_json) if self.encoded is None else \
-            [self.encoded[1], *made_of(messages[self.encoded[0]:], "json", encode_json)]
-        parts += (b',"messages":[', b",".join(made), b"]}")
+        start, pieces = (0, ()) if self.encoded is None else self.encoded
+        if tail := made_of(messages[start:], "json", encode_json):
+            pieces = (*pieces, b",".join(tail))
+        parts.append(b',"messages":[')
+        for n, piece in enumerate(pieces):
+            if n:
+                parts.append(b",")
+            parts.append(piece)
+        parts.append(b"]}")
         return b"".join(parts)
 
 
