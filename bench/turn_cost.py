@@ -27,7 +27,7 @@ Also, in-process: `ConversationManager.load` of each conversation's model-facing
 Target: turn p50 and CPU per turn, both held, at every other size, ≤ 1.3× at 10 turns
 (ratio = the worst of them / 1.3).
 
-    python bench/turn_cost.py [--blocks 6] [--block 5] [--profile out.prof]
+    python bench/turn_cost.py [--blocks 16] [--block 5] [--profile out.prof]
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ async def main_async(args: argparse.Namespace) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--blocks", type=int, default=16)
     parser.add_argument("--block", type=int, default=5)
     parser.add_argument("--profile", help="cProfile the server over the measured blocks into this file")
     args = parser.parse_args()
