@@ -155,6 +155,21 @@ def test_availability_enabled_and_duplicates() -> None:
         registry.add_unavailable("lookup", "again")
 
 
+def test_every_change_of_what_is_shown_moves_the_version() -> None:
+    """What `session` frames list is made once per version (Hub.tools): each change moves it."""
+    registry = ToolRegistry()
+    seen = [registry.version]
+    registry.add(lookup)
+    seen.append(registry.version)
+    registry.add_unavailable("web_search", "EXA_API_KEY is not set")
+    seen.append(registry.version)
+    registry.add_unavailable("web_search", "the server is down", replace=True)
+    seen.append(registry.version)
+    registry.remove("web_search")
+    seen.append(registry.version)
+    assert seen == sorted(set(seen)) and registry.availability() == [ToolAvailability("lookup", True)]
+
+
 @pytest.mark.asyncio
 async def test_async_tool_gets_its_context_and_reports_progress() -> None:
     registry = ToolRegistry()

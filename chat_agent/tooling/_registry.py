@@ -65,6 +65,7 @@ class ToolRegistry:
         self._unavailable: dict[str, str] = {}
         self._order: list[str] = []  # registration order: what the model and session.tools see
         self._sources: list[ToolSource] = []
+        self.version = 0  # goes up with every change of what is offered or shown (`availability`)
 
     def add(self, tool: BaseTool, *, timeout: float | None = None, replace: bool = False) -> None:
         """Offer `tool` to the model; `timeout` (seconds) overrides the default. With `replace`,
@@ -76,6 +77,7 @@ class ToolRegistry:
         self._make_room(tool.name, replace)
         self._schemas[tool.name] = schema
         self._tools[tool.name] = adapter
+        self.version += 1
 
     def add_unavailable(self, name: str, reason: str, *, replace: bool = False) -> None:
         """Record a tool that is not offered (its service is not configured, its server is
@@ -84,6 +86,7 @@ class ToolRegistry:
             raise ValueError(f"invalid tool name {name!r}: 1-128 of [a-zA-Z0-9_*-]")
         self._make_room(name, replace)
         self._unavailable[name] = reason
+        self.version += 1
 
     def remove(self, name: str) -> None:
         """Forget a tool (an MCP server no longer lists it); unknown names are ignored."""
@@ -92,6 +95,7 @@ class ToolRegistry:
         self._unavailable.pop(name, None)
         if name in self._order:
             self._order.remove(name)
+        self.version += 1
 
     def attach(self, source: ToolSource) -> None:
         """A source of tools that come and go (MCP servers): started and closed with the app."""
