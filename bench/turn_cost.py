@@ -221,17 +221,17 @@ async def main_async(args: argparse.Namespace) -> bool:
             p50 = {cid: median(times[cid]) for cid in ids}
             model = {cid: median(bares[cid]) for cid in ids}
             per_turn = {cid: cpu[cid] / measured for cid in ids}
-            sending = {cid: median(bare_cpus[cid]) for cid in ids}
+            model_cpu = {cid: median(bare_cpus[cid]) for cid in ids}
             worst = 0.0
             for (name, turns), cid in zip(sizes.items(), ids):
                 chars = sum(len(json.dumps(m)) for m in sent[cid])
                 load, held_chars = loads[cid]
                 held = (p50[cid] - model[cid] + model[base]) / p50[base]
                 ratio_cpu = per_turn[cid] / per_turn[base]
-                cpu_held = (per_turn[cid] - sending[cid] + sending[base]) / per_turn[base]
+                cpu_held = (per_turn[cid] - model_cpu[cid] + model_cpu[base]) / per_turn[base]
                 print(f"  {name:16s} ({turns:5d} turns, {held_chars:7,d} chars held, {chars:7,d} JSON chars sent): "
                       f"turn p50 {ms(p50[cid])}, bare two calls p50 {ms(model[cid])}, server CPU/turn "
-                      f"{ms(per_turn[cid])} (bare two calls' CPU {ms(sending[cid])}), history load "
+                      f"{ms(per_turn[cid])} (bare two calls' CPU {ms(model_cpu[cid])}), history load "
                       f"{ms(load)}; vs 10 turns: turn {p50[cid] / p50[base]:.3f} as measured, {held:.3f} model time "
                       f"held; CPU {ratio_cpu:.3f} as measured, {cpu_held:.3f} bare CPU held")
                 if cid != base:

@@ -31,8 +31,9 @@ import dataclasses
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -210,25 +211,18 @@ class SqliteStore(Store):
         if not _small(steps, BUSY_INLINE_ROWS, BUSY_INLINE_CHARS):
             return False
         try:
-            _apply(db, steps, dict(fences or {}))
+            with _disk_failures():
+                _apply(db, steps, dict(fences or {}))
         except _Locked:
             return False
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
-                raise StoreUnavailable(str(exc)) from exc
-            raise
         return True
 
     async def _writing(self, job: Callable[[sqlite3.Connection], T], *, inline: bool = False) -> T:
         """Runs a write transaction on the write connection: inline when asked and the write
         lock is free, else on the write thread, waiting for the lock up to the busy timeout.
-        A full or failing disk is StoreUnavailable: waited out, like a cut database."""
-        try:
+        A full or failing disk is StoreUnavailable (`_disk_failures`)."""
+        with _disk_failures():
             return await self._write_job(job, inline)
-        except sqlite3.OperationalError as exc:
-            if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
-                raise StoreUnavailable(str(exc)) from exc
-            raise
 
     async def _write_job(self, job: Callable[[sqlite3.Connection], T], inline: bool) -> T:
         async with self._write_lock:
@@ -563,6 +557,17 @@ def _version(db: sqlite3.Connection, conversation_id: str, row: Sequence[Any]) -
 
 
 _ANY_PENDING = "SELECT 1 FROM search_pending LIMIT 1"
+
+
+@contextmanager
+def _disk_failures() -> Iterator[None]:
+    """A full or failing disk is StoreUnavailable: waited out, like a cut database."""
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+            raise StoreUnavailable(str(exc)) from exc
+        raise
 
 
 class _Locked(Exception):

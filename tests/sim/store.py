@@ -153,7 +153,6 @@ class SimStore(Store):
         sim.trace(f"{self._instance} committed {_describe(ops)}", detail=True)
         await self._leave("apply", ops)
 
-
     def apply_now(self, ops: Sequence[Any], fences: Any = None) -> bool:
         """A local database's commit in the caller's step (what SQLite does with its write
         lock free): not tried while a fault is under way, but a full disk, which refuses it
